@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Installs the Debian packages scute needs to build and test. Idempotent: when
+# everything is already installed it only runs dpkg-query and exits.
+#
+# Debian's docker-registry package ships an init script that would start a
+# registry listening on :5000 for good; tests start their own registries with
+# hack/registry.sh, so this script keeps that service from running.
+set -euo pipefail
+
+packages=(
+	pkg-config
+	libseccomp-dev              # libcontainer's seccomp support
+	busybox                     # dynamically linked busybox for test images (not busybox-static)
+	docker-registry             # local OCI registry for tests
+	containernetworking-plugins # CNI bridge, loopback, host-local, portmap
+	iproute2
+	iptables
+	curl
+	ca-certificates
+	file
+)
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "setup.sh: must run as root" >&2
+	exit 1
+fi
+
+is_installed() {
+	[[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true) == "install ok installed" ]]
+}
+
+missing=()
+for pkg in "${packages[@]}"; do
+	is_installed "$pkg" || missing+=("$pkg")
+done
+
+if ((${#missing[@]} > 0)); then
+	echo "setup.sh: installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+
+	# Forbid maintainer scripts from starting services (exit 101 = "action
+	# forbidden", see /usr/share/doc/init-system-helpers/README.policy-rc.d).
+	# Only add the policy when none exists, and remove only what we added.
+	policy=/usr/sbin/policy-rc.d
+	added_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod 0755 "$policy"
+		added_policy=1
+	fi
+	cleanup_policy() { if ((added_policy)); then rm -f "$policy"; fi; }
+	trap cleanup_policy EXIT
+
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+	cleanup_policy
+	trap - EXIT
+fi
+
+# Belt and braces for machines where the package was installed earlier without
+# the policy: make sure no system registry holds :5000, and that it will not
+# come back at boot.
+if [[ -x /etc/init.d/docker-registry ]]; then
+	if [[ -e /run/docker-registry.pid ]] || pgrep -x docker-registry >/dev/null 2>&1; then
+		/etc/init.d/docker-registry stop >/dev/null 2>&1 || true
+	fi
+	if command -v update-rc.d >/dev/null 2>&1; then
+		update-rc.d docker-registry disable >/dev/null 2>&1 || true
+	fi
+fi
+
+echo "setup.sh: all packages installed" >&2

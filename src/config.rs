@@ -1,0 +1,404 @@
+//! Daemon configuration: embedded defaults, an optional TOML file, then command-line overrides.
+//!
+//! The embedded `config.default.toml` is the only place defaults live. A user file is merged
+//! key by key onto it before deserializing, so a key the defaults don't have is an unknown key
+//! and a value whose TOML type differs from the default's is a type error, both reported with
+//! the full dotted key (`grpc.adress`), which serde alone would not name.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The full commented default configuration, printed by `scute config default`.
+pub const DEFAULT_CONFIG: &str = include_str!("config.default.toml");
+
+/// Where `scute serve` looks for a config file when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/scute/config.toml";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub grpc: GrpcConfig,
+    pub log: LogConfig,
+    pub runtime: RuntimeConfig,
+    pub cni: CniConfig,
+    pub registry: RegistryConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcConfig {
+    pub address: PathBuf,
+    pub image_address: PathBuf,
+    pub max_recv_message_size: usize,
+    pub max_send_message_size: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    pub cgroup_driver: CgroupDriver,
+    pub runtime_handlers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+impl fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CniConfig {
+    pub conf_dir: PathBuf,
+    pub bin_dirs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    pub config_path: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{origin}: unknown key `{key}`")]
+    UnknownKey { origin: String, key: String },
+    #[error("{origin}: key `{key}` must be {expected}, found {found}")]
+    WrongType {
+        origin: String,
+        key: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("{origin}: key `{key}`: {message}")]
+    BadValue {
+        origin: String,
+        key: String,
+        message: String,
+    },
+}
+
+impl Config {
+    /// The embedded defaults.
+    pub fn defaults() -> Config {
+        // The embedded text is checked by a unit test; failing here is a build defect.
+        Self::from_toml_str(DEFAULT_CONFIG, "embedded defaults")
+            .expect("embedded default config is valid")
+    }
+
+    /// Loads `path` if given (it must exist), else /etc/scute/config.toml if present, else the
+    /// defaults.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => PathBuf::from(DEFAULT_CONFIG_PATH),
+            None => return Ok(Self::defaults()),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// Parses a (partial) config text and merges it onto the defaults. `origin` names the
+    /// source in error messages.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let syntax = |e: toml::de::Error| ConfigError::Syntax {
+            path: PathBuf::from(origin),
+            message: e.message().to_string(),
+        };
+        let mut merged: toml::Table = DEFAULT_CONFIG.parse().map_err(syntax)?;
+        let user: toml::Table = text.parse().map_err(syntax)?;
+        merge_table(&mut merged, user, "", origin)?;
+        // serde_path_to_error names the key of a bad enum spelling (`runtime.cgroup_driver`).
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(
+            |e: serde_path_to_error::Error<toml::de::Error>| ConfigError::BadValue {
+                origin: origin.to_string(),
+                key: e.path().to_string(),
+                message: e.inner().message().to_string(),
+            },
+        )?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    /// Checks values serde cannot: enum spellings are checked by serde through the merge, but
+    /// paths and sizes are checked here so the error names the key.
+    fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| ConfigError::BadValue {
+            origin: origin.to_string(),
+            key: key.to_string(),
+            message,
+        };
+        for (key, path) in [
+            ("root", &self.root),
+            ("state", &self.state),
+            ("grpc.address", &self.grpc.address),
+            ("cni.conf_dir", &self.cni.conf_dir),
+            ("registry.config_path", &self.registry.config_path),
+        ] {
+            if !path.is_absolute() {
+                return Err(bad(
+                    key,
+                    format!("must be an absolute path, got {:?}", path),
+                ));
+            }
+        }
+        if !self.grpc.image_address.as_os_str().is_empty() {
+            if !self.grpc.image_address.is_absolute() {
+                return Err(bad(
+                    "grpc.image_address",
+                    format!(
+                        "must be empty or an absolute path, got {:?}",
+                        self.grpc.image_address
+                    ),
+                ));
+            }
+            if self.grpc.image_address == self.grpc.address {
+                return Err(bad(
+                    "grpc.image_address",
+                    "must differ from grpc.address".into(),
+                ));
+            }
+        }
+        for dir in &self.cni.bin_dirs {
+            if !dir.is_absolute() {
+                return Err(bad(
+                    "cni.bin_dirs",
+                    format!("{:?} is not an absolute path", dir),
+                ));
+            }
+        }
+        for (key, size) in [
+            (
+                "grpc.max_recv_message_size",
+                self.grpc.max_recv_message_size,
+            ),
+            (
+                "grpc.max_send_message_size",
+                self.grpc.max_send_message_size,
+            ),
+        ] {
+            if size < 4096 {
+                return Err(bad(
+                    key,
+                    format!("{size} bytes is too small (at least 4096)"),
+                ));
+            }
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(bad("log.level", "must not be empty".into()));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return Err(bad(
+                "log.level",
+                format!("{:?} is not a valid filter: {e}", self.log.level),
+            ));
+        }
+        for handler in &self.runtime.runtime_handlers {
+            if handler.is_empty() || handler.len() > 63 || !handler.bytes().all(is_dns_label_byte) {
+                return Err(bad(
+                    "runtime.runtime_handlers",
+                    format!("{handler:?} is not a valid handler name (lowercase DNS label)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime handler names scute accepts; "" is the default handler.
+    pub fn handler_names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once("").chain(self.runtime.runtime_handlers.iter().map(String::as_str))
+    }
+}
+
+fn is_dns_label_byte(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
+}
+
+/// Merges `user` onto `base`, refusing keys `base` lacks and values of another TOML type.
+fn merge_table(
+    base: &mut toml::Table,
+    user: toml::Table,
+    prefix: &str,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    for (key, value) in user {
+        let dotted = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let Some(slot) = base.get_mut(&key) else {
+            return Err(ConfigError::UnknownKey {
+                origin: origin.to_string(),
+                key: dotted,
+            });
+        };
+        match (slot, value) {
+            (toml::Value::Table(base_table), toml::Value::Table(user_table)) => {
+                merge_table(base_table, user_table, &dotted, origin)?;
+            }
+            (slot, value) if slot.type_str() == value.type_str() => *slot = value,
+            (slot, value) => {
+                return Err(ConfigError::WrongType {
+                    origin: origin.to_string(),
+                    key: dotted,
+                    expected: article_type(slot.type_str()),
+                    found: article_type(value.type_str()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn article_type(t: &'static str) -> &'static str {
+    match t {
+        "string" => "a string",
+        "integer" => "an integer",
+        "float" => "a float",
+        "boolean" => "a boolean",
+        "datetime" => "a datetime",
+        "array" => "an array",
+        "table" => "a table",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse_and_validate() {
+        let c = Config::defaults();
+        assert_eq!(c.root, PathBuf::from("/var/lib/scute"));
+        assert_eq!(c.grpc.address, PathBuf::from("/run/scute/scute.sock"));
+        assert_eq!(c.runtime.cgroup_driver, CgroupDriver::Cgroupfs);
+        assert_eq!(c.log.format, LogFormat::Text);
+        assert_eq!(c.handler_names().collect::<Vec<_>>(), vec!["", "runc"]);
+    }
+
+    #[test]
+    fn partial_file_overrides_only_its_keys() {
+        let c =
+            Config::from_toml_str("[runtime]\ncgroup_driver = \"systemd\"\n", "t.toml").unwrap();
+        assert_eq!(c.runtime.cgroup_driver, CgroupDriver::Systemd);
+        assert_eq!(c.runtime.runtime_handlers, vec!["runc".to_string()]);
+        assert_eq!(c.root, Config::defaults().root);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_path() {
+        let err = Config::from_toml_str("[grpc]\nadress = \"/x\"\n", "t.toml").unwrap_err();
+        assert_eq!(err.to_string(), "t.toml: unknown key `grpc.adress`");
+        let err = Config::from_toml_str("bogus = 1\n", "t.toml").unwrap_err();
+        assert_eq!(err.to_string(), "t.toml: unknown key `bogus`");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let err = Config::from_toml_str("[grpc]\nmax_recv_message_size = \"big\"\n", "t.toml")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "t.toml: key `grpc.max_recv_message_size` must be an integer, found a string"
+        );
+        let err = Config::from_toml_str("grpc = 3\n", "t.toml").unwrap_err();
+        assert!(
+            err.to_string().contains("key `grpc` must be a table"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_enum_value_is_rejected() {
+        let err = Config::from_toml_str("[runtime]\ncgroup_driver = \"cgroupv3\"\n", "t.toml")
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("t.toml: key `runtime.cgroup_driver`: unknown variant `cgroupv3`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (text, key) in [
+            ("root = \"relative/dir\"", "root"),
+            ("[grpc]\nimage_address = \"img.sock\"", "grpc.image_address"),
+            (
+                "[grpc]\nimage_address = \"/run/scute/scute.sock\"",
+                "grpc.image_address",
+            ),
+            (
+                "[grpc]\nmax_send_message_size = 10",
+                "grpc.max_send_message_size",
+            ),
+            ("[log]\nlevel = \"\"", "log.level"),
+            ("[log]\nlevel = \"scute=loud\"", "log.level"),
+            (
+                "[runtime]\nruntime_handlers = [\"Bad Name\"]",
+                "runtime.runtime_handlers",
+            ),
+            ("[cni]\nbin_dirs = [\"bin\"]", "cni.bin_dirs"),
+        ] {
+            let err = Config::from_toml_str(text, "t.toml").unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("key `{key}`")),
+                "{text}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn syntax_errors_name_the_file() {
+        let err = Config::from_toml_str("[grpc\n", "/etc/scute/config.toml").unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("config file /etc/scute/config.toml is not valid TOML"));
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let err = Config::load(Some(Path::new("/nonexistent/scute.toml"))).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/scute.toml"));
+    }
+}

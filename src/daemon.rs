@@ -1,0 +1,182 @@
+//! `scute serve`: prepares the directories, opens the store, binds the CRI socket(s) and serves
+//! until SIGTERM/SIGINT. Shutdown stops accepting, lets in-flight RPCs finish (bounded), closes
+//! the store and removes the sockets. It never touches containers: they belong to their shims.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::config::Config;
+use crate::server::{image_service_server, runtime_service_server, Cri, CriService};
+use crate::store::Store;
+
+/// How long in-flight RPCs may run after a shutdown signal before scute exits anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+const SOCKET_MODE: u32 = 0o660;
+const STATE_DIR_MODE: u32 = 0o700;
+const ROOT_DIR_MODE: u32 = 0o711;
+
+pub async fn serve(config: Config) -> Result<()> {
+    let config = Arc::new(config);
+    prepare_dir(&config.root, ROOT_DIR_MODE)?;
+    prepare_dir(&config.state, STATE_DIR_MODE)?;
+
+    let store_path = config.root.join("meta.redb");
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await??;
+    let store = Arc::new(store);
+    tracing::info!(path = %store.path().display(), schema = crate::store::SCHEMA_VERSION, "store open");
+
+    let cri = Arc::new(Cri {
+        config: config.clone(),
+        store: store.clone(),
+        started_at: SystemTime::now(),
+    });
+    let service = CriService::new(cri);
+    let (recv_max, send_max) = (
+        config.grpc.max_recv_message_size,
+        config.grpc.max_send_message_size,
+    );
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+
+    let main_listener = bind_socket(&config.grpc.address, &config.state)?;
+    let router = tonic::transport::Server::builder()
+        .add_service(
+            runtime_service_server(service.clone())
+                .max_decoding_message_size(recv_max)
+                .max_encoding_message_size(send_max),
+        )
+        .add_service(
+            image_service_server(service.clone())
+                .max_decoding_message_size(recv_max)
+                .max_encoding_message_size(send_max),
+        );
+    let mut rx = shutdown_rx.clone();
+    servers.spawn(router.serve_with_incoming_shutdown(
+        UnixListenerStream::new(main_listener),
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        },
+    ));
+    tracing::info!(address = %config.grpc.address.display(), "serving CRI RuntimeService and ImageService");
+
+    let image_address = &config.grpc.image_address;
+    if !image_address.as_os_str().is_empty() {
+        let image_listener = bind_socket(image_address, &config.state)?;
+        let router = tonic::transport::Server::builder().add_service(
+            image_service_server(service.clone())
+                .max_decoding_message_size(recv_max)
+                .max_encoding_message_size(send_max),
+        );
+        let mut rx = shutdown_rx.clone();
+        servers.spawn(router.serve_with_incoming_shutdown(
+            UnixListenerStream::new(image_listener),
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            },
+        ));
+        tracing::info!(address = %image_address.display(), "serving CRI ImageService");
+    }
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let reason = tokio::select! {
+        _ = sigterm.recv() => "SIGTERM",
+        _ = sigint.recv() => "SIGINT",
+        Some(result) = servers.join_next() => {
+            // A server ended on its own: that is a failure, not a shutdown.
+            let _ = shutdown_tx.send(true);
+            cleanup_sockets(&config);
+            match result {
+                Ok(Ok(())) => bail!("gRPC server stopped unexpectedly"),
+                Ok(Err(e)) => return Err(e).context("gRPC server failed"),
+                Err(e) => return Err(e).context("gRPC server task failed"),
+            }
+        }
+    };
+    tracing::info!(
+        signal = reason,
+        "shutting down: no new RPCs; containers keep running"
+    );
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while let Some(result) = servers.join_next().await {
+            if let Ok(Err(e)) = result {
+                tracing::warn!(error = %e, "gRPC server ended with an error during shutdown");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            timeout_s = DRAIN_TIMEOUT.as_secs(),
+            "in-flight RPCs did not finish; exiting anyway"
+        );
+        servers.abort_all();
+    }
+    cleanup_sockets(&config);
+    // Every store write is already committed durably; dropping the last handle closes the file.
+    drop(store);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set mode {mode:o} on {}", dir.display()))?;
+    Ok(())
+}
+
+/// Binds a unix socket with mode 0660. The parent dir is created 0700 when scute creates it
+/// (or is the state dir); an existing foreign dir is left as it is. A stale socket file left by
+/// a crash is replaced, but a live one (another daemon answers) is an error.
+fn bind_socket(path: &Path, state_dir: &Path) -> Result<UnixListener> {
+    let parent = path
+        .parent()
+        .context("socket path has no parent directory")?;
+    if !parent.exists() || parent == state_dir {
+        prepare_dir(parent, STATE_DIR_MODE)?;
+    }
+    if path.exists() || std::fs::symlink_metadata(path).is_ok() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!(
+                "{} is in use: another process is serving on it (another scute?)",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .with_context(|| format!("cannot chmod {}", path.display()))?;
+    Ok(listener)
+}
+
+fn cleanup_sockets(config: &Config) {
+    let mut sockets: Vec<&PathBuf> = vec![&config.grpc.address];
+    if !config.grpc.image_address.as_os_str().is_empty() {
+        sockets.push(&config.grpc.image_address);
+    }
+    for socket in sockets {
+        if let Err(e) = std::fs::remove_file(socket) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(socket = %socket.display(), error = %e, "cannot remove socket");
+            }
+        }
+    }
+}

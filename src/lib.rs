@@ -1,0 +1,24 @@
+//! scute: a Kubernetes CRI v1 container runtime.
+//!
+//! Data flows one way: `server` (one file per RPC) → domain modules (`sandbox`, …) → `store`.
+
+/// CRI v1 messages and services generated from proto/runtime/v1/api.proto.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod api {
+    tonic::include_proto!("runtime.v1");
+}
+
+pub mod check;
+pub mod config;
+pub mod daemon;
+pub mod logging;
+pub mod sandbox;
+pub mod server;
+pub mod store;
+
+/// The name reported as VersionResponse.runtime_name.
+pub const RUNTIME_NAME: &str = "scute";
+/// The CRI version served (VersionResponse.runtime_api_version).
+pub const CRI_API_VERSION: &str = "v1";
+/// scute's own version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

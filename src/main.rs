@@ -1,0 +1,201 @@
+//! The scute command line: `serve` (the daemon), `config default`, `check`, `version`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use scute::check::{self, Verdict};
+use scute::config::{CgroupDriver, Config, LogFormat, DEFAULT_CONFIG};
+
+#[derive(Parser)]
+#[command(
+    name = "scute",
+    version,
+    about = "A Kubernetes CRI v1 container runtime"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve CRI v1 on the configured unix socket until SIGTERM/SIGINT.
+    Serve(ServeArgs),
+    /// Configuration helpers.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Report whether this node can run pods (kernel, cgroups, overlay, CNI, registries);
+    /// exits non-zero when it cannot.
+    Check {
+        /// Config file (default: /etc/scute/config.toml if present, else built-in defaults).
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+    },
+    /// Print version information.
+    Version,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the full default configuration, every key commented.
+    Default,
+    /// Print the effective configuration (defaults + file), as TOML.
+    Show {
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+    },
+}
+
+/// Flags of `scute serve`; each overrides its config key.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Config file (default: /etc/scute/config.toml if present, else built-in defaults).
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// `root`: persistent data directory.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// `state`: runtime state directory.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// `grpc.address`: CRI socket path (a `unix://` prefix is accepted).
+    #[arg(long)]
+    address: Option<String>,
+    /// `grpc.image_address`: separate ImageService socket.
+    #[arg(long)]
+    image_address: Option<String>,
+    /// `log.level`: tracing filter, e.g. info or scute=debug.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// `log.format`.
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
+    /// `runtime.cgroup_driver`.
+    #[arg(long, value_enum)]
+    cgroup_driver: Option<CgroupDriver>,
+}
+
+fn socket_path(flag: &str) -> PathBuf {
+    PathBuf::from(flag.strip_prefix("unix://").unwrap_or(flag))
+}
+
+fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
+    let mut config = Config::load(args.config.as_deref())?;
+    let mut overridden = toml::Table::new();
+    if let Some(root) = args.root {
+        config.root = root;
+    }
+    if let Some(state) = args.state {
+        config.state = state;
+    }
+    if let Some(address) = args.address {
+        config.grpc.address = socket_path(&address);
+    }
+    if let Some(address) = args.image_address {
+        config.grpc.image_address = socket_path(&address);
+    }
+    if let Some(level) = args.log_level {
+        config.log.level = level;
+    }
+    if let Some(format) = args.log_format {
+        config.log.format = format;
+    }
+    if let Some(driver) = args.cgroup_driver {
+        config.runtime.cgroup_driver = driver;
+    }
+    // Re-validate with the flags applied, so a bad flag is reported like a bad key.
+    let text = toml::to_string(&config)?;
+    overridden.extend(text.parse::<toml::Table>()?);
+    Ok(Config::from_toml_str(
+        &toml::to_string(&overridden)?,
+        "command line",
+    )?)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("{} {}", scute::RUNTIME_NAME, scute::VERSION);
+            println!("CRI API: {} (k8s.io/cri-api v0.36)", scute::CRI_API_VERSION);
+            ExitCode::SUCCESS
+        }
+        Command::Config {
+            command: ConfigCommand::Default,
+        } => {
+            print!("{DEFAULT_CONFIG}");
+            ExitCode::SUCCESS
+        }
+        Command::Config {
+            command: ConfigCommand::Show { config },
+        } => match Config::load(config.as_deref())
+            .map_err(anyhow::Error::from)
+            .and_then(|c| Ok(toml::to_string(&c)?))
+        {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("scute: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Check { config } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("scute: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let findings = check::run_all(&config);
+            for f in &findings {
+                println!("{f}");
+            }
+            let failed = findings
+                .iter()
+                .filter(|f| f.verdict == Verdict::Fail)
+                .count();
+            if failed > 0 {
+                println!("this node cannot run pods: {failed} check(s) failed");
+                ExitCode::FAILURE
+            } else {
+                println!("this node can run pods");
+                ExitCode::SUCCESS
+            }
+        }
+        Command::Serve(args) => {
+            let config = match load_config(args) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("scute: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            scute::logging::init(&config.log.level, config.log.format);
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("scute: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(scute::daemon::serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "scute failed");
+                    eprintln!("scute: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

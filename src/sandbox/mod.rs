@@ -1,0 +1,3 @@
+//! Pod sandboxes. So far: the CNI network readiness probe behind the NetworkReady condition.
+
+pub mod cni;

@@ -1,0 +1,211 @@
+//! The CRI v1 gRPC services.
+//!
+//! `runtime_service.rs` and `image_service.rs` are routing tables: each RPC goes through
+//! [`instrument`] (span with method and ids, duration, outcome log) to a handler in its own file
+//! (`version.rs`, `status.rs`, …), which returns a typed [`RpcError`]. This module is the one place
+//! where errors become gRPC status codes.
+
+mod image_service;
+mod runtime_config;
+mod runtime_service;
+mod status;
+mod update_runtime_config;
+mod version;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use tonic::{Code, Response, Status};
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::store::{self, Store};
+
+pub use image_service::image_service_server;
+pub use runtime_service::runtime_service_server;
+
+/// Daemon state shared by every RPC handler. Each piece has one owner module; handlers reach it
+/// through here.
+pub struct Cri {
+    pub config: Arc<Config>,
+    pub store: Arc<Store>,
+    pub started_at: SystemTime,
+}
+
+/// The tonic service object (cheap to clone; both services share one [`Cri`]).
+#[derive(Clone)]
+pub struct CriService {
+    cri: Arc<Cri>,
+}
+
+impl CriService {
+    pub fn new(cri: Arc<Cri>) -> Self {
+        CriService { cri }
+    }
+}
+
+/// Every way an RPC can fail, by what the caller should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// An RPC scute does not serve yet; `tracked_by` names the piece of work that adds it.
+    #[error("{rpc} is not implemented yet in scute ({tracked_by})")]
+    Unimplemented {
+        rpc: &'static str,
+        tracked_by: &'static str,
+    },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<tokio::task::JoinError> for RpcError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        RpcError::Internal(format!("background task failed: {e}"))
+    }
+}
+
+/// The one mapping from scute errors to gRPC codes.
+impl From<RpcError> for Status {
+    fn from(err: RpcError) -> Status {
+        let code = match &err {
+            RpcError::InvalidArgument(_) => Code::InvalidArgument,
+            RpcError::NotFound(_) => Code::NotFound,
+            RpcError::FailedPrecondition(_) => Code::FailedPrecondition,
+            RpcError::Unimplemented { .. } => Code::Unimplemented,
+            RpcError::Store(e) => match e {
+                store::Error::NotFound { .. } => Code::NotFound,
+                store::Error::Ambiguous { .. } => Code::InvalidArgument,
+                store::Error::NameTaken { .. } | store::Error::AlreadyExists { .. } => {
+                    Code::AlreadyExists
+                }
+                store::Error::SchemaTooNew { .. }
+                | store::Error::Locked { .. }
+                | store::Error::Corrupt { .. }
+                | store::Error::BadSetting { .. }
+                | store::Error::Db(_) => Code::Internal,
+            },
+            RpcError::Internal(_) => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+/// Runs one RPC handler inside a span named after the method, logs its outcome and duration,
+/// and maps its error. Handlers add ids to the span with `Span::current().record("id", …)`.
+pub(crate) async fn instrument<T, F>(
+    method: &'static str,
+    handler: F,
+) -> Result<Response<T>, Status>
+where
+    F: Future<Output = Result<T, RpcError>>,
+{
+    let span = tracing::info_span!("rpc", method, id = tracing::field::Empty);
+    let start = Instant::now();
+    let result = handler.instrument(span.clone()).await;
+    let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let _entered = span.enter();
+    match result {
+        Ok(value) => {
+            // The kubelet polls Status and List* every second: successes are debug-level.
+            tracing::debug!(duration_ms, code = "OK", "rpc done");
+            Ok(Response::new(value))
+        }
+        Err(err) => {
+            let status = Status::from(err);
+            match status.code() {
+                Code::Internal | Code::Unknown | Code::DataLoss => {
+                    tracing::error!(duration_ms, code = ?status.code(), error = status.message(), "rpc failed")
+                }
+                _ => {
+                    tracing::info!(duration_ms, code = ?status.code(), error = status.message(), "rpc failed")
+                }
+            }
+            Err(status)
+        }
+    }
+}
+
+/// Handler for RPCs not served yet.
+pub(crate) async fn unimplemented<T>(
+    rpc: &'static str,
+    tracked_by: &'static str,
+) -> Result<T, RpcError> {
+    Err(RpcError::Unimplemented { rpc, tracked_by })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_the_codes_the_kubelet_expects() {
+        let cases: Vec<(RpcError, Code)> = vec![
+            (RpcError::InvalidArgument("x".into()), Code::InvalidArgument),
+            (RpcError::NotFound("x".into()), Code::NotFound),
+            (
+                RpcError::FailedPrecondition("x".into()),
+                Code::FailedPrecondition,
+            ),
+            (
+                RpcError::Unimplemented {
+                    rpc: "Exec",
+                    tracked_by: "streaming",
+                },
+                Code::Unimplemented,
+            ),
+            (
+                store::Error::NotFound {
+                    kind: store::Kind::Container,
+                    id: "c".into(),
+                }
+                .into(),
+                Code::NotFound,
+            ),
+            (
+                store::Error::NameTaken {
+                    kind: store::Kind::Sandbox,
+                    name: "n".into(),
+                    holder: "h".into(),
+                }
+                .into(),
+                Code::AlreadyExists,
+            ),
+            (
+                store::Error::Ambiguous {
+                    kind: store::Kind::Sandbox,
+                    prefix: "a".into(),
+                    matches: 2,
+                }
+                .into(),
+                Code::InvalidArgument,
+            ),
+            (RpcError::Internal("boom".into()), Code::Internal),
+        ];
+        for (err, code) in cases {
+            let msg = err.to_string();
+            let status = Status::from(err);
+            assert_eq!(status.code(), code, "{msg}");
+            assert_eq!(status.message(), msg);
+        }
+    }
+
+    #[test]
+    fn unimplemented_message_names_the_rpc() {
+        let status = Status::from(RpcError::Unimplemented {
+            rpc: "RunPodSandbox",
+            tracked_by: "pod sandboxes",
+        });
+        assert_eq!(
+            status.message(),
+            "RunPodSandbox is not implemented yet in scute (pod sandboxes)"
+        );
+    }
+}

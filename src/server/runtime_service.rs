@@ -1,0 +1,368 @@
+//! Routing table of CRI RuntimeService: every RPC goes through `instrument` to its handler.
+//! RPCs not served yet answer Unimplemented, naming the piece of work that adds them.
+
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status};
+
+use super::{instrument, unimplemented, CriService};
+use crate::api::{self, runtime_service_server::RuntimeService};
+
+const SANDBOXES: &str = "pod sandboxes: shim, pause, namespaces and CNI";
+const CONTAINERS: &str = "container lifecycle through the shim";
+const STREAMING: &str = "exec/attach/port-forward streaming";
+const STATS: &str = "stats, events, metrics and streaming lists";
+const CHECKPOINT: &str = "out of scope: checkpointing needs CRIU, which scute does not use";
+
+pub fn runtime_service_server(
+    service: CriService,
+) -> api::runtime_service_server::RuntimeServiceServer<CriService> {
+    api::runtime_service_server::RuntimeServiceServer::new(service)
+}
+
+#[tonic::async_trait]
+impl RuntimeService for CriService {
+    async fn version(
+        &self,
+        request: Request<api::VersionRequest>,
+    ) -> Result<Response<api::VersionResponse>, Status> {
+        instrument("Version", self.cri.version(request.into_inner())).await
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        _request: Request<api::RunPodSandboxRequest>,
+    ) -> Result<Response<api::RunPodSandboxResponse>, Status> {
+        instrument("RunPodSandbox", unimplemented("RunPodSandbox", SANDBOXES)).await
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        _request: Request<api::StopPodSandboxRequest>,
+    ) -> Result<Response<api::StopPodSandboxResponse>, Status> {
+        instrument("StopPodSandbox", unimplemented("StopPodSandbox", SANDBOXES)).await
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        _request: Request<api::RemovePodSandboxRequest>,
+    ) -> Result<Response<api::RemovePodSandboxResponse>, Status> {
+        instrument(
+            "RemovePodSandbox",
+            unimplemented("RemovePodSandbox", SANDBOXES),
+        )
+        .await
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        _request: Request<api::PodSandboxStatusRequest>,
+    ) -> Result<Response<api::PodSandboxStatusResponse>, Status> {
+        instrument(
+            "PodSandboxStatus",
+            unimplemented("PodSandboxStatus", SANDBOXES),
+        )
+        .await
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        _request: Request<api::ListPodSandboxRequest>,
+    ) -> Result<Response<api::ListPodSandboxResponse>, Status> {
+        instrument("ListPodSandbox", unimplemented("ListPodSandbox", SANDBOXES)).await
+    }
+
+    type StreamPodSandboxesStream = BoxStream<api::StreamPodSandboxesResponse>;
+
+    async fn stream_pod_sandboxes(
+        &self,
+        _request: Request<api::StreamPodSandboxesRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
+        instrument(
+            "StreamPodSandboxes",
+            unimplemented("StreamPodSandboxes", STATS),
+        )
+        .await
+    }
+
+    async fn create_container(
+        &self,
+        _request: Request<api::CreateContainerRequest>,
+    ) -> Result<Response<api::CreateContainerResponse>, Status> {
+        instrument(
+            "CreateContainer",
+            unimplemented("CreateContainer", CONTAINERS),
+        )
+        .await
+    }
+
+    async fn start_container(
+        &self,
+        _request: Request<api::StartContainerRequest>,
+    ) -> Result<Response<api::StartContainerResponse>, Status> {
+        instrument(
+            "StartContainer",
+            unimplemented("StartContainer", CONTAINERS),
+        )
+        .await
+    }
+
+    async fn stop_container(
+        &self,
+        _request: Request<api::StopContainerRequest>,
+    ) -> Result<Response<api::StopContainerResponse>, Status> {
+        instrument("StopContainer", unimplemented("StopContainer", CONTAINERS)).await
+    }
+
+    async fn remove_container(
+        &self,
+        _request: Request<api::RemoveContainerRequest>,
+    ) -> Result<Response<api::RemoveContainerResponse>, Status> {
+        instrument(
+            "RemoveContainer",
+            unimplemented("RemoveContainer", CONTAINERS),
+        )
+        .await
+    }
+
+    async fn list_containers(
+        &self,
+        _request: Request<api::ListContainersRequest>,
+    ) -> Result<Response<api::ListContainersResponse>, Status> {
+        instrument(
+            "ListContainers",
+            unimplemented("ListContainers", CONTAINERS),
+        )
+        .await
+    }
+
+    type StreamContainersStream = BoxStream<api::StreamContainersResponse>;
+
+    async fn stream_containers(
+        &self,
+        _request: Request<api::StreamContainersRequest>,
+    ) -> Result<Response<Self::StreamContainersStream>, Status> {
+        instrument("StreamContainers", unimplemented("StreamContainers", STATS)).await
+    }
+
+    async fn container_status(
+        &self,
+        _request: Request<api::ContainerStatusRequest>,
+    ) -> Result<Response<api::ContainerStatusResponse>, Status> {
+        instrument(
+            "ContainerStatus",
+            unimplemented("ContainerStatus", CONTAINERS),
+        )
+        .await
+    }
+
+    async fn update_container_resources(
+        &self,
+        _request: Request<api::UpdateContainerResourcesRequest>,
+    ) -> Result<Response<api::UpdateContainerResourcesResponse>, Status> {
+        instrument(
+            "UpdateContainerResources",
+            unimplemented("UpdateContainerResources", CONTAINERS),
+        )
+        .await
+    }
+
+    async fn reopen_container_log(
+        &self,
+        _request: Request<api::ReopenContainerLogRequest>,
+    ) -> Result<Response<api::ReopenContainerLogResponse>, Status> {
+        instrument(
+            "ReopenContainerLog",
+            unimplemented("ReopenContainerLog", CONTAINERS),
+        )
+        .await
+    }
+
+    async fn exec_sync(
+        &self,
+        _request: Request<api::ExecSyncRequest>,
+    ) -> Result<Response<api::ExecSyncResponse>, Status> {
+        instrument("ExecSync", unimplemented("ExecSync", CONTAINERS)).await
+    }
+
+    async fn exec(
+        &self,
+        _request: Request<api::ExecRequest>,
+    ) -> Result<Response<api::ExecResponse>, Status> {
+        instrument("Exec", unimplemented("Exec", STREAMING)).await
+    }
+
+    async fn attach(
+        &self,
+        _request: Request<api::AttachRequest>,
+    ) -> Result<Response<api::AttachResponse>, Status> {
+        instrument("Attach", unimplemented("Attach", STREAMING)).await
+    }
+
+    async fn port_forward(
+        &self,
+        _request: Request<api::PortForwardRequest>,
+    ) -> Result<Response<api::PortForwardResponse>, Status> {
+        instrument("PortForward", unimplemented("PortForward", STREAMING)).await
+    }
+
+    async fn container_stats(
+        &self,
+        _request: Request<api::ContainerStatsRequest>,
+    ) -> Result<Response<api::ContainerStatsResponse>, Status> {
+        instrument("ContainerStats", unimplemented("ContainerStats", STATS)).await
+    }
+
+    async fn list_container_stats(
+        &self,
+        _request: Request<api::ListContainerStatsRequest>,
+    ) -> Result<Response<api::ListContainerStatsResponse>, Status> {
+        instrument(
+            "ListContainerStats",
+            unimplemented("ListContainerStats", STATS),
+        )
+        .await
+    }
+
+    type StreamContainerStatsStream = BoxStream<api::StreamContainerStatsResponse>;
+
+    async fn stream_container_stats(
+        &self,
+        _request: Request<api::StreamContainerStatsRequest>,
+    ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
+        instrument(
+            "StreamContainerStats",
+            unimplemented("StreamContainerStats", STATS),
+        )
+        .await
+    }
+
+    async fn pod_sandbox_stats(
+        &self,
+        _request: Request<api::PodSandboxStatsRequest>,
+    ) -> Result<Response<api::PodSandboxStatsResponse>, Status> {
+        instrument("PodSandboxStats", unimplemented("PodSandboxStats", STATS)).await
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        _request: Request<api::ListPodSandboxStatsRequest>,
+    ) -> Result<Response<api::ListPodSandboxStatsResponse>, Status> {
+        instrument(
+            "ListPodSandboxStats",
+            unimplemented("ListPodSandboxStats", STATS),
+        )
+        .await
+    }
+
+    type StreamPodSandboxStatsStream = BoxStream<api::StreamPodSandboxStatsResponse>;
+
+    async fn stream_pod_sandbox_stats(
+        &self,
+        _request: Request<api::StreamPodSandboxStatsRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
+        instrument(
+            "StreamPodSandboxStats",
+            unimplemented("StreamPodSandboxStats", STATS),
+        )
+        .await
+    }
+
+    async fn update_runtime_config(
+        &self,
+        request: Request<api::UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<api::UpdateRuntimeConfigResponse>, Status> {
+        instrument(
+            "UpdateRuntimeConfig",
+            self.cri.update_runtime_config(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn status(
+        &self,
+        request: Request<api::StatusRequest>,
+    ) -> Result<Response<api::StatusResponse>, Status> {
+        instrument("Status", self.cri.status(request.into_inner())).await
+    }
+
+    async fn checkpoint_container(
+        &self,
+        _request: Request<api::CheckpointContainerRequest>,
+    ) -> Result<Response<api::CheckpointContainerResponse>, Status> {
+        instrument(
+            "CheckpointContainer",
+            unimplemented("CheckpointContainer", CHECKPOINT),
+        )
+        .await
+    }
+
+    type GetContainerEventsStream = BoxStream<api::ContainerEventResponse>;
+
+    async fn get_container_events(
+        &self,
+        _request: Request<api::GetEventsRequest>,
+    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+        instrument(
+            "GetContainerEvents",
+            unimplemented("GetContainerEvents", STATS),
+        )
+        .await
+    }
+
+    async fn list_metric_descriptors(
+        &self,
+        _request: Request<api::ListMetricDescriptorsRequest>,
+    ) -> Result<Response<api::ListMetricDescriptorsResponse>, Status> {
+        instrument(
+            "ListMetricDescriptors",
+            unimplemented("ListMetricDescriptors", STATS),
+        )
+        .await
+    }
+
+    async fn list_pod_sandbox_metrics(
+        &self,
+        _request: Request<api::ListPodSandboxMetricsRequest>,
+    ) -> Result<Response<api::ListPodSandboxMetricsResponse>, Status> {
+        instrument(
+            "ListPodSandboxMetrics",
+            unimplemented("ListPodSandboxMetrics", STATS),
+        )
+        .await
+    }
+
+    type StreamPodSandboxMetricsStream = BoxStream<api::StreamPodSandboxMetricsResponse>;
+
+    async fn stream_pod_sandbox_metrics(
+        &self,
+        _request: Request<api::StreamPodSandboxMetricsRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
+        instrument(
+            "StreamPodSandboxMetrics",
+            unimplemented("StreamPodSandboxMetrics", STATS),
+        )
+        .await
+    }
+
+    async fn runtime_config(
+        &self,
+        request: Request<api::RuntimeConfigRequest>,
+    ) -> Result<Response<api::RuntimeConfigResponse>, Status> {
+        instrument(
+            "RuntimeConfig",
+            self.cri.runtime_config(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn update_pod_sandbox_resources(
+        &self,
+        _request: Request<api::UpdatePodSandboxResourcesRequest>,
+    ) -> Result<Response<api::UpdatePodSandboxResourcesResponse>, Status> {
+        instrument(
+            "UpdatePodSandboxResources",
+            unimplemented("UpdatePodSandboxResources", STATS),
+        )
+        .await
+    }
+}

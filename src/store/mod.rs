@@ -1,0 +1,545 @@
+//! Metadata store: typed records per object kind in one redb database (`<root>/meta.redb`).
+//!
+//! redb gives ACID transactions with a durable commit (fsync) per write transaction, so a crash
+//! leaves either the old or the new state, never half a record. The store is the truth for what
+//! *should* exist; recovery (later issues) reconciles it with what runs.
+//!
+//! Every kind has its own table keyed by full ID; values are JSON so records can grow fields
+//! (with `#[serde(default)]`) without a migration. Names (`<pod namespace>_<pod name>_…`, as the
+//! kubelet builds them) are reserved in a separate table in the same transaction as the record,
+//! so a name can never point at a record that doesn't exist.
+//!
+//! All calls are synchronous and may fsync: async callers run writes in `spawn_blocking`.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{de::DeserializeOwned, Serialize};
+
+/// Bumped when a record layout changes incompatibly; a store written by a newer scute is refused
+/// rather than misread.
+pub const SCHEMA_VERSION: u64 = 1;
+
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const NAMES: TableDefinition<&str, &str> = TableDefinition::new("names");
+const SCHEMA_KEY: &str = "schema_version";
+
+/// The kinds of object the store keeps, one table each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sandbox,
+    Container,
+    Image,
+    Snapshot,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Sandbox => "sandbox",
+            Kind::Container => "container",
+            Kind::Image => "image",
+            Kind::Snapshot => "snapshot",
+        }
+    }
+
+    fn table(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
+        match self {
+            Kind::Sandbox => TableDefinition::new("sandboxes"),
+            Kind::Container => TableDefinition::new("containers"),
+            Kind::Image => TableDefinition::new("images"),
+            Kind::Snapshot => TableDefinition::new("snapshots"),
+        }
+    }
+
+    fn name_key(self, name: &str) -> String {
+        format!("{}/{}", self.as_str(), name)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A record kept in the store under its kind's table.
+pub trait Record: Serialize + DeserializeOwned {
+    const KIND: Kind;
+    fn id(&self) -> &str;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{kind} {id:?} not found")]
+    NotFound { kind: Kind, id: String },
+    #[error("{kind} ID prefix {prefix:?} is ambiguous: it matches {matches} {kind}s; give more characters")]
+    Ambiguous {
+        kind: Kind,
+        prefix: String,
+        matches: usize,
+    },
+    #[error("{kind} name {name:?} is already reserved by {kind} {holder}")]
+    NameTaken {
+        kind: Kind,
+        name: String,
+        holder: String,
+    },
+    #[error("{kind} {id} already exists")]
+    AlreadyExists { kind: Kind, id: String },
+    #[error("store {path} has schema version {found}, newer than this scute supports ({supported}); run a newer scute")]
+    SchemaTooNew {
+        path: PathBuf,
+        found: u64,
+        supported: u64,
+    },
+    #[error(
+        "store {path} is in use by another process (is another scute running with the same root?)"
+    )]
+    Locked { path: PathBuf },
+    #[error("{kind} {id} in the store is unreadable: {source}")]
+    Corrupt {
+        kind: Kind,
+        id: String,
+        source: serde_json::Error,
+    },
+    #[error("daemon setting {key:?} in the store is unreadable: {source}")]
+    BadSetting {
+        key: String,
+        source: serde_json::Error,
+    },
+    #[error("metadata store: {0}")]
+    Db(Box<redb::Error>),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::Db(Box::new(e.into()))
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path`, checking its schema version.
+    pub fn open(path: &Path) -> Result<Store> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::Db(Box::new(redb::StorageError::Io(e).into())))?;
+        }
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::Locked {
+                path: path.to_path_buf(),
+            },
+            other => other.into(),
+        })?;
+        let store = Store {
+            db,
+            path: path.to_path_buf(),
+        };
+        store.init_schema()?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn init_schema(&self) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut meta = tx.open_table(META)?;
+            let found = meta.get(SCHEMA_KEY)?.map(|v| decode_u64(v.value()));
+            match found {
+                Some(found) if found > SCHEMA_VERSION => {
+                    return Err(Error::SchemaTooNew {
+                        path: self.path.clone(),
+                        found,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    meta.insert(SCHEMA_KEY, SCHEMA_VERSION.to_be_bytes().as_slice())?;
+                }
+            }
+            // Create every table up front so read transactions never meet a missing table.
+            tx.open_table(NAMES)?;
+            for kind in [Kind::Sandbox, Kind::Container, Kind::Image, Kind::Snapshot] {
+                tx.open_table(kind.table())?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn schema_version(&self) -> Result<u64> {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        Ok(meta
+            .get(SCHEMA_KEY)?
+            .map(|v| decode_u64(v.value()))
+            .unwrap_or(0))
+    }
+
+    /// Inserts or replaces a record.
+    pub fn put<R: Record>(&self, record: &R) -> Result<()> {
+        let bytes = serde_json::to_vec(record).map_err(|source| Error::Corrupt {
+            kind: R::KIND,
+            id: record.id().to_string(),
+            source,
+        })?;
+        let tx = self.db.begin_write()?;
+        tx.open_table(R::KIND.table())?
+            .insert(record.id(), bytes.as_slice())?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Reserves `name` for the record and inserts it, in one transaction. Retrying with the same
+    /// record ID is not an error (a kubelet retry after a timeout must not trip over itself).
+    pub fn create<R: Record>(&self, name: &str, record: &R) -> Result<()> {
+        let bytes = serde_json::to_vec(record).map_err(|source| Error::Corrupt {
+            kind: R::KIND,
+            id: record.id().to_string(),
+            source,
+        })?;
+        let tx = self.db.begin_write()?;
+        {
+            let mut names = tx.open_table(NAMES)?;
+            let key = R::KIND.name_key(name);
+            let holder = names.get(key.as_str())?.map(|v| v.value().to_string());
+            match holder {
+                Some(holder) if holder != record.id() => {
+                    return Err(Error::NameTaken {
+                        kind: R::KIND,
+                        name: name.to_string(),
+                        holder,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    names.insert(key.as_str(), record.id())?;
+                }
+            }
+            tx.open_table(R::KIND.table())?
+                .insert(record.id(), bytes.as_slice())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn get<R: Record>(&self, id: &str) -> Result<Option<R>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(R::KIND.table())?;
+        let Some(value) = table.get(id)? else {
+            return Ok(None);
+        };
+        decode::<R>(id, value.value()).map(Some)
+    }
+
+    pub fn list<R: Record>(&self) -> Result<Vec<R>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(R::KIND.table())?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (id, value) = entry?;
+            out.push(decode::<R>(id.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a record and releases its name (if it holds one). Deleting an absent record is
+    /// not an error: Remove RPCs are idempotent. Returns whether a record was deleted.
+    pub fn delete<R: Record>(&self, id: &str, name: Option<&str>) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let existed = {
+            let existed = tx.open_table(R::KIND.table())?.remove(id)?.is_some();
+            if let Some(name) = name {
+                let mut names = tx.open_table(NAMES)?;
+                let key = R::KIND.name_key(name);
+                let held_by_id = names.get(key.as_str())?.is_some_and(|v| v.value() == id);
+                if held_by_id {
+                    names.remove(key.as_str())?;
+                }
+            }
+            existed
+        };
+        tx.commit()?;
+        Ok(existed)
+    }
+
+    /// The ID holding `name`, if any.
+    pub fn name_holder(&self, kind: Kind, name: &str) -> Result<Option<String>> {
+        let tx = self.db.begin_read()?;
+        let names = tx.open_table(NAMES)?;
+        Ok(names
+            .get(kind.name_key(name).as_str())?
+            .map(|v| v.value().to_string()))
+    }
+
+    /// Resolves a full ID or a unique ID prefix (crictl passes truncated IDs) to a full ID.
+    pub fn resolve_id(&self, kind: Kind, id_or_prefix: &str) -> Result<String> {
+        let not_found = || Error::NotFound {
+            kind,
+            id: id_or_prefix.to_string(),
+        };
+        if id_or_prefix.is_empty() {
+            return Err(not_found());
+        }
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(kind.table())?;
+        if table.get(id_or_prefix)?.is_some() {
+            return Ok(id_or_prefix.to_string());
+        }
+        // Keys are sorted, so every key with this prefix sits in one contiguous range.
+        let mut found: Option<String> = None;
+        let mut matches = 0usize;
+        for entry in table.range(id_or_prefix..)? {
+            let (id, _) = entry?;
+            let id = id.value();
+            if !id.starts_with(id_or_prefix) {
+                break;
+            }
+            matches += 1;
+            found.get_or_insert_with(|| id.to_string());
+        }
+        match (matches, found) {
+            (1, Some(id)) => Ok(id),
+            (0, _) => Err(not_found()),
+            (n, _) => Err(Error::Ambiguous {
+                kind,
+                prefix: id_or_prefix.to_string(),
+                matches: n,
+            }),
+        }
+    }
+
+    /// Stores a singleton daemon setting (e.g. the pod CIDR the kubelet sent).
+    pub fn put_setting<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
+        debug_assert_ne!(key, SCHEMA_KEY);
+        let bytes = serde_json::to_vec(value).map_err(|source| Error::BadSetting {
+            key: key.to_string(),
+            source,
+        })?;
+        let tx = self.db.begin_write()?;
+        tx.open_table(META)?
+            .insert(format!("setting/{key}").as_str(), bytes.as_slice())?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn get_setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        let Some(value) = meta.get(format!("setting/{key}").as_str())? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(value.value())
+            .map(Some)
+            .map_err(|source| Error::BadSetting {
+                key: key.to_string(),
+                source,
+            })
+    }
+}
+
+fn decode<R: Record>(id: &str, bytes: &[u8]) -> Result<R> {
+    serde_json::from_slice(bytes).map_err(|source| Error::Corrupt {
+        kind: R::KIND,
+        id: id.to_string(),
+        source,
+    })
+}
+
+fn decode_u64(bytes: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    let n = bytes.len().min(8);
+    buf[8 - n..].copy_from_slice(&bytes[bytes.len() - n..]);
+    u64::from_be_bytes(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Pod {
+        id: String,
+        name: String,
+        #[serde(default)]
+        attempt: u32,
+    }
+
+    impl Record for Pod {
+        const KIND: Kind = Kind::Sandbox;
+        fn id(&self) -> &str {
+            &self.id
+        }
+    }
+
+    fn pod(id: &str, name: &str) -> Pod {
+        Pod {
+            id: id.into(),
+            name: name.into(),
+            attempt: 0,
+        }
+    }
+
+    fn temp_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("meta.redb")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn records_round_trip_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/meta.redb");
+        {
+            let store = Store::open(&path).unwrap();
+            store
+                .create("default_web_uid_0", &pod("abc123", "web"))
+                .unwrap();
+            store.put_setting("pod_cidr", &"10.88.0.0/16").unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.get::<Pod>("abc123").unwrap(),
+            Some(pod("abc123", "web"))
+        );
+        assert_eq!(store.list::<Pod>().unwrap().len(), 1);
+        assert_eq!(
+            store.get_setting::<String>("pod_cidr").unwrap().as_deref(),
+            Some("10.88.0.0/16")
+        );
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn second_open_of_same_store_is_refused() {
+        let (dir, _store) = temp_store();
+        match Store::open(&dir.path().join("meta.redb")) {
+            Err(Error::Locked { .. }) => {}
+            Err(other) => panic!("unexpected error: {other}"),
+            Ok(_) => panic!("second open succeeded"),
+        }
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        {
+            let db = Database::create(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(META)
+                .unwrap()
+                .insert(SCHEMA_KEY, (SCHEMA_VERSION + 1).to_be_bytes().as_slice())
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        let err = Store::open(&path).err().expect("must refuse");
+        assert!(matches!(err, Error::SchemaTooNew { found, .. } if found == SCHEMA_VERSION + 1));
+    }
+
+    #[test]
+    fn name_reservation_is_exclusive_and_idempotent() {
+        let (_dir, store) = temp_store();
+        store.create("ns_web_uid_0", &pod("aaa", "web")).unwrap();
+        // The same record retried keeps its reservation.
+        store.create("ns_web_uid_0", &pod("aaa", "web")).unwrap();
+        let err = store
+            .create("ns_web_uid_0", &pod("bbb", "web"))
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::NameTaken { holder, .. } if holder == "aaa"),
+            "{err}"
+        );
+        assert!(
+            store.get::<Pod>("bbb").unwrap().is_none(),
+            "a refused create must write nothing"
+        );
+        // Deleting releases the name for a new record.
+        assert!(store.delete::<Pod>("aaa", Some("ns_web_uid_0")).unwrap());
+        assert!(!store.delete::<Pod>("aaa", Some("ns_web_uid_0")).unwrap());
+        assert_eq!(
+            store.name_holder(Kind::Sandbox, "ns_web_uid_0").unwrap(),
+            None
+        );
+        store.create("ns_web_uid_0", &pod("bbb", "web")).unwrap();
+    }
+
+    #[test]
+    fn delete_does_not_release_a_name_held_by_another_id() {
+        let (_dir, store) = temp_store();
+        store.create("n", &pod("aaa", "x")).unwrap();
+        store.delete::<Pod>("zzz", Some("n")).unwrap();
+        assert_eq!(
+            store.name_holder(Kind::Sandbox, "n").unwrap().as_deref(),
+            Some("aaa")
+        );
+    }
+
+    #[test]
+    fn id_prefixes_resolve_when_unique() {
+        let (_dir, store) = temp_store();
+        store.put(&pod("abc111", "a")).unwrap();
+        store.put(&pod("abc222", "b")).unwrap();
+        store.put(&pod("abd333", "c")).unwrap();
+        assert_eq!(store.resolve_id(Kind::Sandbox, "abc111").unwrap(), "abc111");
+        assert_eq!(store.resolve_id(Kind::Sandbox, "abc2").unwrap(), "abc222");
+        assert_eq!(store.resolve_id(Kind::Sandbox, "abd").unwrap(), "abd333");
+        assert!(matches!(
+            store.resolve_id(Kind::Sandbox, "abc"),
+            Err(Error::Ambiguous { matches: 2, .. })
+        ));
+        assert!(matches!(
+            store.resolve_id(Kind::Sandbox, "x"),
+            Err(Error::NotFound { .. })
+        ));
+        assert!(matches!(
+            store.resolve_id(Kind::Sandbox, ""),
+            Err(Error::NotFound { .. })
+        ));
+        // Kinds do not see each other's IDs.
+        assert!(matches!(
+            store.resolve_id(Kind::Container, "abc111"),
+            Err(Error::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn unreadable_record_is_reported_not_panicked() {
+        let (_dir, store) = temp_store();
+        let tx = store.db.begin_write().unwrap();
+        tx.open_table(Kind::Sandbox.table())
+            .unwrap()
+            .insert("bad", b"{not json".as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+        assert!(matches!(
+            store.get::<Pod>("bad"),
+            Err(Error::Corrupt { .. })
+        ));
+        assert!(matches!(store.list::<Pod>(), Err(Error::Corrupt { .. })));
+    }
+}
