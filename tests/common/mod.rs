@@ -1,0 +1,278 @@
+//! Integration test rig: a real `scute serve` with a temp root, state dir and socket, a tonic
+//! client generated from our proto over the unix socket, and a real local registry
+//! (hack/registry.sh, Debian's docker-registry). Everything a test starts is stopped and
+//! removed on drop, also when the test fails.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use scute::api::image_service_client::ImageServiceClient;
+use scute::api::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+pub const SCUTE: &str = env!("CARGO_BIN_EXE_scute");
+
+/// The repository root (hack/ and images/ live there).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Opens a gRPC channel over a unix socket, the way crictl and the kubelet connect.
+pub async fn connect(socket: &Path) -> Channel {
+    let socket = socket.to_path_buf();
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(
+                    tokio::net::UnixStream::connect(socket).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect to the daemon socket")
+}
+
+/// A running `scute serve` in its own temp dirs.
+pub struct Daemon {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+    pub cni_conf_dir: PathBuf,
+    extra_args: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts a daemon with the default config except paths, plus `extra_toml` appended (it may
+    /// add keys to the tables the rig already writes: use `[grpc]`-free extras, or whole tables).
+    pub fn start(extra_toml: &str) -> Daemon {
+        Self::start_with_args(extra_toml, &[])
+    }
+
+    pub fn start_with_args(extra_toml: &str, extra_args: &[&str]) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("scute-it-")
+            .tempdir()
+            .expect("temp dir");
+        let root = dir.path().join("root");
+        let state = dir.path().join("state");
+        let socket = state.join("scute.sock");
+        let cni_conf_dir = dir.path().join("net.d");
+        std::fs::create_dir_all(&cni_conf_dir).unwrap();
+        let config_path = dir.path().join("config.toml");
+        let config = format!(
+            "root = {root:?}\nstate = {state:?}\n[grpc]\naddress = {socket:?}\n[cni]\nconf_dir = {cni_conf_dir:?}\n[registry]\nconfig_path = {certs:?}\n{extra_toml}",
+            certs = dir.path().join("certs.d"),
+        );
+        std::fs::write(&config_path, config).unwrap();
+        let mut daemon = Daemon {
+            child: None,
+            dir,
+            config_path,
+            root,
+            state,
+            socket,
+            cni_conf_dir,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        daemon.spawn();
+        daemon
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("scute.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("daemon running").id() as i32)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(SCUTE)
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config_path)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn scute serve");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("scute exited during start ({status}):\n{}", self.log());
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "scute did not open {} in time:\n{}",
+                    self.socket.display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        wait_or_kill(&mut child, Duration::from_secs(15))
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    pub fn restart(&mut self) {
+        if self.child.is_some() {
+            let status = self.stop();
+            assert!(
+                status.success(),
+                "scute exited {status} on SIGTERM:\n{}",
+                self.log()
+            );
+        }
+        self.spawn();
+    }
+
+    /// Starts the daemon again after `kill`/`stop`.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none());
+        self.spawn();
+    }
+
+    pub async fn runtime(&self) -> RuntimeServiceClient<Channel> {
+        RuntimeServiceClient::new(connect(&self.socket).await)
+    }
+
+    pub async fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(connect(&self.socket).await)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            wait_or_kill(&mut child, Duration::from_secs(15));
+        }
+    }
+}
+
+fn wait_or_kill(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A real local registry (Debian's docker-registry) on a free loopback port, stopped on drop.
+pub struct Registry {
+    dir: tempfile::TempDir,
+    pub addr: String,
+}
+
+impl Registry {
+    pub fn start() -> Registry {
+        let dir = tempfile::Builder::new()
+            .prefix("scute-registry-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let out = Command::new(repo_root().join("hack/registry.sh"))
+            .args(["start", "--addr", &addr, "--dir"])
+            .arg(dir.path())
+            .output()
+            .expect("run hack/registry.sh");
+        assert!(
+            out.status.success(),
+            "hack/registry.sh start failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Registry { dir, addr }
+    }
+
+    pub fn stop(&self) {
+        let out = Command::new(repo_root().join("hack/registry.sh"))
+            .args(["stop", "--dir"])
+            .arg(self.dir.path())
+            .output()
+            .expect("run hack/registry.sh");
+        assert!(
+            out.status.success(),
+            "hack/registry.sh stop failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("hack/registry.sh"))
+            .args(["stop", "--dir"])
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs the scute binary with `args`, returning (exit code, stdout, stderr).
+pub fn scute(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(SCUTE).args(args).output().expect("run scute");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
