@@ -10,7 +10,7 @@ use common::{scute, Daemon, Registry};
 use scute::api;
 use tonic::Code;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_names_scute_and_cri_v1() {
     let daemon = Daemon::start("");
     let v = daemon
@@ -39,7 +39,7 @@ fn condition<'a>(status: &'a api::StatusResponse, kind: &str) -> &'a api::Runtim
         .unwrap_or_else(|| panic!("no {kind} condition in {status:?}"))
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_runtime_ready_and_network_readiness_honestly() {
     let daemon = Daemon::start("");
     let mut client = daemon.runtime().await;
@@ -129,7 +129,7 @@ async fn status_reports_runtime_ready_and_network_readiness_honestly() {
     assert!(!status.features.unwrap().supplemental_groups_policy);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_config_reports_the_configured_cgroup_driver() {
     let daemon = Daemon::start("");
     let linux = daemon
@@ -157,7 +157,7 @@ async fn runtime_config_reports_the_configured_cgroup_driver() {
     assert_eq!(linux.cgroup_driver(), api::CgroupDriver::Systemd);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
     let daemon = Daemon::start("");
     let err = daemon
@@ -199,7 +199,7 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
     assert!(err.message().contains("GetContainerEvents"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_survives_restart_and_crash() {
     let mut daemon = Daemon::start("");
     let mut client = daemon.runtime().await;
@@ -226,7 +226,15 @@ async fn store_survives_restart_and_crash() {
         v["podCIDR"].as_str().unwrap().to_string()
     };
 
+    // The client stays connected across the restart, as the kubelet does: shutdown must not
+    // wait for it (it answers the GOAWAY; multi_thread so its connection task keeps running).
+    let started = std::time::Instant::now();
     daemon.restart();
+    assert!(
+        !daemon.log().contains("did not finish"),
+        "an idle client held up shutdown ({:?})",
+        started.elapsed()
+    );
     let mut client = daemon.runtime().await;
     let status = client
         .status(api::StatusRequest { verbose: true })
@@ -306,7 +314,7 @@ fn bad_config_is_rejected_at_start_naming_the_key() {
     assert!(err.contains("key `root`"), "{err}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_is_0660_in_a_0700_dir_and_a_second_daemon_is_refused() {
     let daemon = Daemon::start("");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
@@ -355,7 +363,7 @@ impl UidGid for std::fs::Metadata {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_serving_and_removes_the_socket() {
     let mut daemon = Daemon::start("");
     daemon
@@ -370,7 +378,7 @@ async fn sigterm_stops_serving_and_removes_the_socket() {
     assert!(daemon.log().contains("containers keep running"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn separate_image_endpoint_serves_image_service_only() {
     let image_socket_dir = tempfile::tempdir().unwrap();
     let image_socket = image_socket_dir.path().join("images.sock");
@@ -413,7 +421,7 @@ async fn separate_image_endpoint_serves_image_service_only() {
     assert!(!image_socket.exists(), "image socket removed on shutdown");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_method_and_duration_per_rpc() {
     let mut daemon =
         Daemon::start_with_args("", &["--log-format", "json", "--log-level", "scute=debug"]);
@@ -535,7 +543,7 @@ fn check_reports_the_node_and_registry_reachability() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crictl_talks_to_scute_when_installed() {
     // crictl is not packaged anywhere reachable; developers build it themselves. Skip loudly.
     let Ok(crictl) = which("crictl") else {

@@ -84,9 +84,7 @@ pub async fn push(req: &PushRequest<'_>) -> Result<Pushed> {
             .with_context(|| format!("pushing blob {} to {}", desc.digest, target.whole()))?;
     }
 
-    let content_type = MEDIA_TYPE_MANIFEST
-        .parse()
-        .context("manifest media type header")?;
+    let content_type = http::HeaderValue::from_static(MEDIA_TYPE_MANIFEST);
     for reference in &references {
         client
             .push_manifest_raw(
