@@ -497,3 +497,26 @@ mod tests {
         assert!(tcp_reachable(&format!("http://127.0.0.1:{port}")).is_err());
     }
 }
+
+/// RuntimeReady is polled by the kubelet every few seconds, but cgroup mounts, overlayfs and
+/// namespaces do not come and go: re-check at most every [`RuntimeReadiness::RECHECK`].
+#[derive(Default)]
+pub struct RuntimeReadiness {
+    last: std::sync::Mutex<Option<(std::time::Instant, Option<Finding>)>>,
+}
+
+impl RuntimeReadiness {
+    pub const RECHECK: Duration = Duration::from_secs(10);
+
+    pub fn not_ready(&self) -> Option<Finding> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        match last.as_ref() {
+            Some((at, result)) if at.elapsed() < Self::RECHECK => result.clone(),
+            _ => {
+                let result = runtime_not_ready();
+                *last = Some((std::time::Instant::now(), result.clone()));
+                result
+            }
+        }
+    }
+}

@@ -37,6 +37,8 @@ pub async fn serve(config: Config) -> Result<()> {
         config: config.clone(),
         store: store.clone(),
         started_at: SystemTime::now(),
+        network: Default::default(),
+        runtime_readiness: Default::default(),
     });
     let service = CriService::new(cri);
     let (recv_max, send_max) = (

@@ -9,6 +9,7 @@ pub mod api {
 }
 
 pub mod check;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod logging;

@@ -24,7 +24,7 @@ pub struct Network {
     pub plugins: Vec<(String, PathBuf)>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum NotReady {
     #[error("no CNI network config found in {0}")]
     NoConfig(PathBuf),
@@ -248,5 +248,84 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(probe(&config), Err(NotReady::BadConfig { .. })));
+    }
+
+    #[test]
+    fn cache_sees_changes_on_disk() {
+        let (dir, config) = setup();
+        let cache = ProbeCache::default();
+        assert!(matches!(cache.probe(&config), Err(NotReady::NoConfig(_))));
+        let file = config.conf_dir.join("a.conflist");
+        fs::write(&file, r#"{"name":"n","plugins":[{"type":"bridge"}]}"#).unwrap();
+        assert!(matches!(
+            cache.probe(&config),
+            Err(NotReady::PluginMissing { .. })
+        ));
+        plugin(dir.path(), "bridge");
+        assert_eq!(cache.probe(&config).unwrap().name, "n");
+        // Rewritten in place with another length: the file stamp changes.
+        fs::write(&file, r#"{"name":"renamed","plugins":[{"type":"bridge"}]}"#).unwrap();
+        assert_eq!(cache.probe(&config).unwrap().name, "renamed");
+        fs::remove_file(dir.path().join("bin/bridge")).unwrap();
+        assert!(matches!(
+            cache.probe(&config),
+            Err(NotReady::PluginMissing { .. })
+        ));
+    }
+}
+
+/// Remembers the last probe so the kubelet's frequent Status calls cost a few `stat`s instead of
+/// a directory scan and a JSON parse. The result is reused while the conf dir (files added or
+/// removed), the chosen conf file and its plugins are unchanged, so a fix on disk shows on the
+/// next Status call, as with containerd's config watcher.
+#[derive(Default)]
+pub struct ProbeCache {
+    last: std::sync::Mutex<Option<(Fingerprint, Result<Network, NotReady>)>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Fingerprint {
+    dir: Option<(std::time::SystemTime, u64)>,
+    file: Option<(std::time::SystemTime, u64)>,
+    plugins: Vec<Option<(std::time::SystemTime, u64)>>,
+}
+
+fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+impl ProbeCache {
+    pub fn probe(&self, config: &CniConfig) -> Result<Network, NotReady> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((fingerprint, result)) = last.as_ref() {
+            if *fingerprint == Self::fingerprint(config, result) {
+                return result.clone();
+            }
+        }
+        let result = probe(config);
+        *last = Some((Self::fingerprint(config, &result), result.clone()));
+        result
+    }
+
+    fn fingerprint(config: &CniConfig, result: &Result<Network, NotReady>) -> Fingerprint {
+        let (file, plugins) = match result {
+            Ok(net) => (
+                stamp(&net.conf_file),
+                net.plugins.iter().map(|(_, path)| stamp(path)).collect(),
+            ),
+            // A missing plugin may appear in any bin dir: watch the dirs instead.
+            Err(NotReady::PluginMissing { file, .. }) => (
+                stamp(file),
+                config.bin_dirs.iter().map(|d| stamp(d)).collect(),
+            ),
+            Err(NotReady::BadConfig { file, .. }) => (stamp(file), Vec::new()),
+            Err(_) => (None, Vec::new()),
+        };
+        Fingerprint {
+            dir: stamp(&config.conf_dir),
+            file,
+            plugins,
+        }
     }
 }

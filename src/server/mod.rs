@@ -31,6 +31,10 @@ pub struct Cri {
     pub config: Arc<Config>,
     pub store: Arc<Store>,
     pub started_at: SystemTime,
+    /// Last CNI config probe (NetworkReady), revalidated by file stamps.
+    pub network: crate::sandbox::cni::ProbeCache,
+    /// Last node check (RuntimeReady), re-run every few seconds.
+    pub runtime_readiness: crate::check::RuntimeReadiness,
 }
 
 /// The tonic service object (cheap to clone; both services share one [`Cri`]).

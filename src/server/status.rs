@@ -9,7 +9,6 @@ use crate::api::{
     RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
     StatusRequest, StatusResponse,
 };
-use crate::check;
 use crate::sandbox::cni;
 
 const RUNTIME_READY: &str = "RuntimeReady";
@@ -18,7 +17,7 @@ const REASON_RUNTIME_NOT_READY: &str = "RuntimeNotReady";
 
 impl Cri {
     pub(super) async fn status(&self, request: StatusRequest) -> Result<StatusResponse, RpcError> {
-        let runtime = match check::runtime_not_ready() {
+        let runtime = match self.runtime_readiness.not_ready() {
             None => condition(RUNTIME_READY, true, "", ""),
             Some(problem) => condition(
                 RUNTIME_READY,
@@ -27,7 +26,7 @@ impl Cri {
                 &problem.detail,
             ),
         };
-        let network_probe = cni::probe(&self.config.cni);
+        let network_probe = self.network.probe(&self.config.cni);
         let network = match &network_probe {
             Ok(_) => condition(NETWORK_READY, true, "", ""),
             Err(e) => condition(NETWORK_READY, false, cni::REASON_NOT_READY, &e.to_string()),

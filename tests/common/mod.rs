@@ -9,12 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use scute::api::image_service_client::ImageServiceClient;
 use scute::api::runtime_service_client::RuntimeServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 pub const SCUTE: &str = env!("CARGO_BIN_EXE_scute");
 
@@ -25,16 +24,7 @@ pub fn repo_root() -> PathBuf {
 
 /// Opens a gRPC channel over a unix socket, the way crictl and the kubelet connect.
 pub async fn connect(socket: &Path) -> Channel {
-    let socket = socket.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
+    scute::client::connect(socket)
         .await
         .expect("connect to the daemon socket")
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything CI runs (.ci/run calls this). Needs root; installs its system packages itself.
+#
+#   hack/test.sh            lint, unit tests, integration tests, image kit end to end
+#
+# Integration tests start their own daemons and registries in temp dirs and remove them.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "test.sh: must run as root (namespaces, mounts, cgroups, registries)" >&2
+	exit 1
+fi
+
+step "system packages"
+hack/setup.sh
+
+step "format and lint"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "unit and integration tests"
+# Two cores: the daemon tests are I/O bound, let them run in parallel.
+cargo test --workspace --locked
+
+step "test images: build with the image kit and push to a real local registry"
+registry_dir=$(mktemp -d -t scute-test-registry.XXXXXX)
+cleanup() {
+	hack/registry.sh stop --dir "$registry_dir" >/dev/null 2>&1 || true
+	rm -rf "$registry_dir"
+}
+trap cleanup EXIT
+# A free loopback port, so a developer's registry on :5000 is left alone.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+hack/registry.sh start --addr "127.0.0.1:$port" --dir "$registry_dir" >/dev/null
+images/build.sh "127.0.0.1:$port"
+catalog=$(curl -fsS "http://127.0.0.1:$port/v2/_catalog")
+for repo in pause e2e-test-images/busybox e2e-test-images/httpd library/busybox; do
+	grep -q "\"$repo\"" <<<"$catalog" || { echo "test.sh: $repo missing from registry catalog: $catalog" >&2; exit 1; }
+done
+cleanup
+trap - EXIT
+
+# critest/run.sh joins this script once the suite can pass (the conformance issue): before
+# pods and containers exist, nearly every spec fails by construction.
+
+step "all tests passed"
