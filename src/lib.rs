@@ -12,6 +12,7 @@ pub mod check;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod image;
 pub mod logging;
 pub mod sandbox;
 pub mod server;

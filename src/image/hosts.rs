@@ -1,0 +1,1 @@
+//! Registry host configuration (containerd's hosts.toml layout). Being written.

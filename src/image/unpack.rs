@@ -1,0 +1,1 @@
+//! Secure layer unpacking into overlay snapshots. Being written.
