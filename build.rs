@@ -1,5 +1,11 @@
-// Compiles proto/runtime/v1/api.proto (CRI v1) into tonic server and client code.
-// protoc comes from protoc-bin-vendored so a fresh machine needs no system protobuf package.
+// 1. Compiles proto/runtime/v1/api.proto (CRI v1) into tonic server and client code. protoc comes
+//    from protoc-bin-vendored so a fresh machine needs no system protobuf package.
+// 2. Builds the static pause binary (images/pause) that the daemon embeds as its pause image, so
+//    a node can run pods with no registry at all. It is built by a nested cargo into its own
+//    target dir (no lock shared with this build), with crt-static for this target only.
+use std::path::PathBuf;
+use std::process::Command;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("PROTOC").is_none() {
         std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
@@ -9,5 +15,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .compile_protos(&["proto/runtime/v1/api.proto"], &["proto"])?;
+
+    build_pause()?;
+    Ok(())
+}
+
+fn build_pause() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=images/pause");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let target = std::env::var("TARGET")?;
+    let target_dir = out_dir.join("pause-target");
+    let cargo = std::env::var("CARGO")?;
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--offline",
+            "-p",
+            "scute-pause",
+            "--target",
+            &target,
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static -C strip=symbols")
+        // Flags of the outer build (profile, coverage, …) must not leak into the static binary.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("CARGO_TARGET_DIR")
+        .status()?;
+    if !status.success() {
+        return Err("building the static pause binary failed".into());
+    }
+    let binary = target_dir.join(&target).join("release/pause");
+    println!("cargo:rustc-env=SCUTE_PAUSE_BINARY={}", binary.display());
     Ok(())
 }

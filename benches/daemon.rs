@@ -38,10 +38,7 @@ impl Drop for Subject {
 }
 
 fn start_scute() -> Subject {
-    let dir = tempfile::Builder::new()
-        .prefix("scute-bench-")
-        .tempdir()
-        .unwrap();
+    let dir = tempfile::Builder::new().prefix("scute-bench-").tempdir().unwrap();
     let socket = dir.path().join("state/scute.sock");
     let child = Command::new(env!("CARGO_BIN_EXE_scute"))
         .args(["serve", "--log-level", "warn"])
@@ -67,10 +64,7 @@ fn start_scute() -> Subject {
 /// containerd with only its CRI plugin doing anything, in temp dirs.
 fn start_containerd() -> Option<Subject> {
     let bin = which("containerd")?;
-    let dir = tempfile::Builder::new()
-        .prefix("containerd-bench-")
-        .tempdir()
-        .unwrap();
+    let dir = tempfile::Builder::new().prefix("containerd-bench-").tempdir().unwrap();
     let socket = dir.path().join("containerd.sock");
     let config = dir.path().join("config.toml");
     std::fs::write(
@@ -112,11 +106,7 @@ fn which(name: &str) -> Option<PathBuf> {
 fn wait_socket(socket: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::os::unix::net::UnixStream::connect(socket).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{} did not appear",
-            socket.display()
-        );
+        assert!(Instant::now() < deadline, "{} did not appear", socket.display());
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -159,9 +149,7 @@ async fn measure(subject: &Subject, calls: usize) -> Figures {
     // Let the daemon settle before reading its idle RSS.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_kib = rss_kib(subject.child.id());
-    let channel = scute::client::connect(&subject.socket)
-        .await
-        .expect("connect");
+    let channel = scute::client::connect(&subject.socket).await.expect("connect");
     let mut client = RuntimeServiceClient::new(channel);
     for _ in 0..50 {
         client.version(VersionRequest::default()).await.unwrap();
@@ -175,10 +163,7 @@ async fn measure(subject: &Subject, calls: usize) -> Figures {
     let mut status = Vec::with_capacity(calls);
     for _ in 0..calls {
         let t = Instant::now();
-        client
-            .status(StatusRequest { verbose: false })
-            .await
-            .unwrap();
+        client.status(StatusRequest { verbose: false }).await.unwrap();
         status.push(t.elapsed());
     }
     Figures {
@@ -215,14 +200,7 @@ fn main() {
     println!("daemon benchmark: {calls} sequential calls per RPC over one connection");
     println!(
         "{:<11} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "runtime",
-        "idle RSS",
-        "RSS after",
-        "Version p50",
-        "Version p99",
-        "Version mean",
-        "Status p50",
-        "Status p99"
+        "runtime", "idle RSS", "RSS after", "Version p50", "Version p99", "Version mean", "Status p50", "Status p99"
     );
     for subject in &subjects {
         let f = runtime.block_on(measure(subject, calls));

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Runs Debian's docker-registry (distribution 2.8) on loopback for tests.
 #
-#   hack/registry.sh start [--addr 127.0.0.1:PORT] [--dir DIR]
+#   hack/registry.sh start [--addr 127.0.0.1:PORT] [--dir DIR] [--htpasswd USER:PASSWORD]
 #       Starts a registry with filesystem storage under DIR (default: a new
 #       temp dir), waits until GET /v2/ answers 200, then prints
 #       REGISTRY_ADDR=... and REGISTRY_DIR=... on stdout.
+#       --htpasswd turns on HTTP basic auth for that one user (bcrypt htpasswd
+#       file DIR/htpasswd): every request without those credentials gets 401.
+#       Still plain HTTP: distribution only warns that basic auth without TLS
+#       is insecure, which on loopback it is not.
 #   hack/registry.sh stop --dir DIR
 #       Stops the registry started with that DIR and waits for it to exit.
 #
-# DIR holds config.yml, registry.pid, registry.log and storage/.
+# DIR holds config.yml, registry.pid, registry.log, storage/ and, with
+# --htpasswd, htpasswd.
 set -euo pipefail
 
 readonly default_addr=127.0.0.1:5000
@@ -16,7 +21,7 @@ readonly start_timeout_s=10
 readonly stop_timeout_s=10
 
 usage() {
-	echo "usage: $0 start [--addr HOST:PORT] [--dir DIR]" >&2
+	echo "usage: $0 start [--addr HOST:PORT] [--dir DIR] [--htpasswd USER:PASSWORD]" >&2
 	echo "       $0 stop --dir DIR" >&2
 	exit 2
 }
@@ -36,8 +41,24 @@ running_pid() {
 	echo "$pid"
 }
 
+# Writes DIR/htpasswd with one bcrypt entry (distribution accepts bcrypt only).
+write_htpasswd() {
+	local dir=$1 user=$2 password=$3
+	if command -v htpasswd >/dev/null; then
+		htpasswd -Bbn "$user" "$password" >"$dir/htpasswd"
+	elif python3 -c 'import bcrypt' 2>/dev/null; then
+		# Through the environment: keeps the password out of python's argv.
+		HTPASSWD_USER=$user HTPASSWD_PASSWORD=$password python3 -c '
+import bcrypt, os
+hashed = bcrypt.hashpw(os.environ["HTPASSWD_PASSWORD"].encode(), bcrypt.gensalt()).decode()
+print(os.environ["HTPASSWD_USER"] + ":" + hashed)' >"$dir/htpasswd"
+	else
+		die "--htpasswd needs htpasswd (apache2-utils) or python3's bcrypt; run hack/setup.sh"
+	fi
+}
+
 write_config() {
-	local dir=$1 addr=$2
+	local dir=$1 addr=$2 with_auth=$3
 	# A set http.secret silences the "No HTTP secret provided" warning.
 	cat >"$dir/config.yml" <<EOF
 version: 0.1
@@ -59,17 +80,35 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 EOF
+	if ((with_auth)); then
+		cat >>"$dir/config.yml" <<EOF
+auth:
+  htpasswd:
+    realm: scute-test-registry
+    path: $dir/htpasswd
+EOF
+	fi
 }
 
 cmd_start() {
-	local addr=$default_addr dir=""
+	local addr=$default_addr dir="" credentials=""
 	while (($#)); do
 		case $1 in
 		--addr) addr=${2:?--addr needs a value}; shift 2 ;;
 		--dir) dir=${2:?--dir needs a value}; shift 2 ;;
+		--htpasswd) credentials=${2:?--htpasswd needs USER:PASSWORD}; shift 2 ;;
 		*) usage ;;
 		esac
 	done
+	local user="" password="" with_auth=0 curl_auth=()
+	if [[ -n $credentials ]]; then
+		# Split at the first colon: htpasswd user names cannot hold one.
+		user=${credentials%%:*}
+		password=${credentials#*:}
+		[[ $credentials == *:* && -n $user && -n $password ]] || die "--htpasswd wants USER:PASSWORD"
+		with_auth=1
+		curl_auth=(--user "$user:$password")
+	fi
 	command -v docker-registry >/dev/null || die "docker-registry not found; run hack/setup.sh"
 	command -v curl >/dev/null || die "curl not found; run hack/setup.sh"
 
@@ -89,7 +128,10 @@ cmd_start() {
 		die "something already listens on $addr"
 	fi
 	mkdir -p "$dir/storage"
-	write_config "$dir" "$addr"
+	if ((with_auth)); then
+		write_htpasswd "$dir" "$user" "$password"
+	fi
+	write_config "$dir" "$addr" "$with_auth"
 
 	# setsid: the registry must outlive this script and not get the caller's
 	# terminal signals.
@@ -105,7 +147,7 @@ cmd_start() {
 			rm -f "$dir/registry.pid"
 			exit 1
 		fi
-		code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://$addr/v2/" || true)
+		code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "${curl_auth[@]}" "http://$addr/v2/" || true)
 		[[ $code == 200 ]] && break
 		if ((SECONDS >= deadline)); then
 			echo "registry.sh: http://$addr/v2/ did not answer 200 within ${start_timeout_s}s (last: ${code:-none}); log tail:" >&2

@@ -12,6 +12,7 @@ packages=(
 	libseccomp-dev              # libcontainer's seccomp support
 	busybox                     # dynamically linked busybox for test images (not busybox-static)
 	docker-registry             # local OCI registry for tests
+	apache2-utils               # htpasswd -B: bcrypt users for the registry's basic auth (registry.sh --htpasswd)
 	containernetworking-plugins # CNI bridge, loopback, host-local, portmap
 	iproute2
 	iptables

@@ -72,9 +72,7 @@ impl CgroupMode {
 }
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-const V1_CONTROLLERS: &[&str] = &[
-    "cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer",
-];
+const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer"];
 const V2_CONTROLLERS: &[&str] = &["cpu", "cpuset", "memory", "pids"];
 
 /// Checks that cgroups with the controllers pods need are mounted.
@@ -106,14 +104,9 @@ pub fn check_cgroups(root: &Path) -> Finding {
             }
         }
         Some(CgroupMode::Unified) => {
-            let controllers =
-                std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+            let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
             let have: Vec<&str> = controllers.split_whitespace().collect();
-            let missing: Vec<_> = V2_CONTROLLERS
-                .iter()
-                .filter(|c| !have.contains(c))
-                .copied()
-                .collect();
+            let missing: Vec<_> = V2_CONTROLLERS.iter().filter(|c| !have.contains(c)).copied().collect();
             if missing.is_empty() {
                 finding(
                     "cgroups",
@@ -124,10 +117,7 @@ pub fn check_cgroups(root: &Path) -> Finding {
                 finding(
                     "cgroups",
                     Verdict::Fail,
-                    format!(
-                        "cgroup v2 controllers not available: {}",
-                        missing.join(", ")
-                    ),
+                    format!("cgroup v2 controllers not available: {}", missing.join(", ")),
                 )
             }
         }
@@ -137,10 +127,7 @@ pub fn check_cgroups(root: &Path) -> Finding {
 /// Cheap check that the kernel knows overlayfs (listed in /proc/filesystems).
 pub fn check_overlay_listed() -> Finding {
     let fs = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
-    if fs
-        .lines()
-        .any(|l| l.split_whitespace().last() == Some("overlay"))
-    {
+    if fs.lines().any(|l| l.split_whitespace().last() == Some("overlay")) {
         finding("overlay", Verdict::Ok, "overlayfs is available")
     } else {
         finding(
@@ -166,10 +153,7 @@ pub fn check_overlay_mount(root: &Path) -> Finding {
             format!("cannot create root {}: {e}", root.display()),
         );
     }
-    let scratch = match tempfile::Builder::new()
-        .prefix(".check-overlay-")
-        .tempdir_in(root)
-    {
+    let scratch = match tempfile::Builder::new().prefix(".check-overlay-").tempdir_in(root) {
         Ok(dir) => dir,
         Err(e) => {
             return finding(
@@ -184,17 +168,10 @@ pub fn check_overlay_mount(root: &Path) -> Finding {
         std::fs::create_dir(&p)?;
         Ok(p)
     };
-    let (lower, upper, work, merged) =
-        match (dir("lower"), dir("upper"), dir("work"), dir("merged")) {
-            (Ok(l), Ok(u), Ok(w), Ok(m)) => (l, u, w, m),
-            _ => {
-                return finding(
-                    "overlay",
-                    Verdict::Fail,
-                    "cannot create overlay scratch dirs",
-                )
-            }
-        };
+    let (lower, upper, work, merged) = match (dir("lower"), dir("upper"), dir("work"), dir("merged")) {
+        (Ok(l), Ok(u), Ok(w), Ok(m)) => (l, u, w, m),
+        _ => return finding("overlay", Verdict::Fail, "cannot create overlay scratch dirs"),
+    };
     let data = format!(
         "lowerdir={},upperdir={},workdir={}",
         lower.display(),
@@ -219,10 +196,7 @@ pub fn check_overlay_mount(root: &Path) -> Finding {
         Err(e) => finding(
             "overlay",
             Verdict::Fail,
-            format!(
-                "overlay mount with upper dir on {} failed: {e}",
-                root.display()
-            ),
+            format!("overlay mount with upper dir on {} failed: {e}", root.display()),
         ),
     }
 }
@@ -273,11 +247,7 @@ pub fn check_kernel() -> Finding {
         Ok(u) => finding(
             "kernel",
             Verdict::Ok,
-            format!(
-                "{} {}",
-                u.sysname().to_string_lossy(),
-                u.release().to_string_lossy()
-            ),
+            format!("{} {}", u.sysname().to_string_lossy(), u.release().to_string_lossy()),
         ),
         Err(e) => finding("kernel", Verdict::Warn, format!("uname failed: {e}")),
     }
@@ -300,11 +270,7 @@ pub fn check_cni(config: &Config) -> Finding {
             ),
         ),
         // Host-network pods still run, so this is a warning, as NetworkReady=false is for the kubelet.
-        Err(e) => finding(
-            "cni",
-            Verdict::Warn,
-            format!("{e}: only host-network pods can run"),
-        ),
+        Err(e) => finding("cni", Verdict::Warn, format!("{e}: only host-network pods can run")),
     }
 }
 
@@ -344,21 +310,13 @@ pub fn check_registries(config: &Config) -> Vec<Finding> {
         let endpoints = match hosts_toml_endpoints(&file) {
             Ok(e) => e,
             Err(e) => {
-                out.push(finding(
-                    "registry",
-                    Verdict::Fail,
-                    format!("{}: {e}", file.display()),
-                ));
+                out.push(finding("registry", Verdict::Fail, format!("{}: {e}", file.display())));
                 continue;
             }
         };
         for url in endpoints {
             let verdict = match tcp_reachable(&url) {
-                Ok(()) => finding(
-                    "registry",
-                    Verdict::Ok,
-                    format!("{url} reachable ({})", file.display()),
-                ),
+                Ok(()) => finding("registry", Verdict::Ok, format!("{url} reachable ({})", file.display())),
                 Err(e) => finding(
                     "registry",
                     Verdict::Warn,
@@ -373,9 +331,7 @@ pub fn check_registries(config: &Config) -> Vec<Finding> {
 
 fn hosts_toml_endpoints(file: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| e.message().to_string())?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_string())?;
     let mut urls = Vec::new();
     if let Some(hosts) = table.get("host").and_then(|h| h.as_table()) {
         urls.extend(hosts.keys().cloned());
@@ -443,11 +399,7 @@ mod tests {
         assert_eq!(CgroupMode::detect(root), None);
         assert_eq!(check_cgroups(root).verdict, Verdict::Fail);
 
-        std::fs::write(
-            root.join("cgroup.controllers"),
-            "cpuset cpu io memory pids\n",
-        )
-        .unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
         assert_eq!(CgroupMode::detect(root), Some(CgroupMode::Unified));
         assert_eq!(check_cgroups(root).verdict, Verdict::Ok);
         std::fs::write(root.join("cgroup.controllers"), "cpu io\n").unwrap();

@@ -12,11 +12,7 @@ pub async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> 
     Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_| {
             let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
         }))
         .await
 }

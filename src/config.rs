@@ -26,6 +26,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub cni: CniConfig,
     pub registry: RegistryConfig,
+    pub image: ImageConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,13 +88,17 @@ pub struct RegistryConfig {
     pub config_path: PathBuf,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageConfig {
+    pub max_concurrent_downloads: usize,
+    pub sandbox_image: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("config file {path} is not valid TOML: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("{origin}: unknown key `{key}`")]
@@ -117,8 +122,7 @@ impl Config {
     /// The embedded defaults.
     pub fn defaults() -> Config {
         // The embedded text is checked by a unit test; failing here is a build defect.
-        Self::from_toml_str(DEFAULT_CONFIG, "embedded defaults")
-            .expect("embedded default config is valid")
+        Self::from_toml_str(DEFAULT_CONFIG, "embedded defaults").expect("embedded default config is valid")
     }
 
     /// Loads `path` if given (it must exist), else /etc/scute/config.toml if present, else the
@@ -174,53 +178,41 @@ impl Config {
             ("registry.config_path", &self.registry.config_path),
         ] {
             if !path.is_absolute() {
-                return Err(bad(
-                    key,
-                    format!("must be an absolute path, got {:?}", path),
-                ));
+                return Err(bad(key, format!("must be an absolute path, got {:?}", path)));
             }
         }
         if !self.grpc.image_address.as_os_str().is_empty() {
             if !self.grpc.image_address.is_absolute() {
                 return Err(bad(
                     "grpc.image_address",
-                    format!(
-                        "must be empty or an absolute path, got {:?}",
-                        self.grpc.image_address
-                    ),
+                    format!("must be empty or an absolute path, got {:?}", self.grpc.image_address),
                 ));
             }
             if self.grpc.image_address == self.grpc.address {
-                return Err(bad(
-                    "grpc.image_address",
-                    "must differ from grpc.address".into(),
-                ));
+                return Err(bad("grpc.image_address", "must differ from grpc.address".into()));
             }
         }
         for dir in &self.cni.bin_dirs {
             if !dir.is_absolute() {
-                return Err(bad(
-                    "cni.bin_dirs",
-                    format!("{:?} is not an absolute path", dir),
-                ));
+                return Err(bad("cni.bin_dirs", format!("{:?} is not an absolute path", dir)));
             }
         }
         for (key, size) in [
-            (
-                "grpc.max_recv_message_size",
-                self.grpc.max_recv_message_size,
-            ),
-            (
-                "grpc.max_send_message_size",
-                self.grpc.max_send_message_size,
-            ),
+            ("grpc.max_recv_message_size", self.grpc.max_recv_message_size),
+            ("grpc.max_send_message_size", self.grpc.max_send_message_size),
         ] {
             if size < 4096 {
-                return Err(bad(
-                    key,
-                    format!("{size} bytes is too small (at least 4096)"),
-                ));
+                return Err(bad(key, format!("{size} bytes is too small (at least 4096)")));
             }
+        }
+        if !(1..=64).contains(&self.image.max_concurrent_downloads) {
+            return Err(bad(
+                "image.max_concurrent_downloads",
+                format!("{} is out of range (1 to 64)", self.image.max_concurrent_downloads),
+            ));
+        }
+        if let Err(e) = crate::image::reference::ImageRef::parse(&self.image.sandbox_image) {
+            return Err(bad("image.sandbox_image", e.to_string()));
         }
         if self.log.level.trim().is_empty() {
             return Err(bad("log.level", "must not be empty".into()));
@@ -253,12 +245,7 @@ fn is_dns_label_byte(b: u8) -> bool {
 }
 
 /// Merges `user` onto `base`, refusing keys `base` lacks and values of another TOML type.
-fn merge_table(
-    base: &mut toml::Table,
-    user: toml::Table,
-    prefix: &str,
-    origin: &str,
-) -> Result<(), ConfigError> {
+fn merge_table(base: &mut toml::Table, user: toml::Table, prefix: &str, origin: &str) -> Result<(), ConfigError> {
     for (key, value) in user {
         let dotted = if prefix.is_empty() {
             key.clone()
@@ -318,8 +305,7 @@ mod tests {
 
     #[test]
     fn partial_file_overrides_only_its_keys() {
-        let c =
-            Config::from_toml_str("[runtime]\ncgroup_driver = \"systemd\"\n", "t.toml").unwrap();
+        let c = Config::from_toml_str("[runtime]\ncgroup_driver = \"systemd\"\n", "t.toml").unwrap();
         assert_eq!(c.runtime.cgroup_driver, CgroupDriver::Systemd);
         assert_eq!(c.runtime.runtime_handlers, vec!["runc".to_string()]);
         assert_eq!(c.root, Config::defaults().root);
@@ -335,23 +321,18 @@ mod tests {
 
     #[test]
     fn wrong_type_is_named() {
-        let err = Config::from_toml_str("[grpc]\nmax_recv_message_size = \"big\"\n", "t.toml")
-            .unwrap_err();
+        let err = Config::from_toml_str("[grpc]\nmax_recv_message_size = \"big\"\n", "t.toml").unwrap_err();
         assert_eq!(
             err.to_string(),
             "t.toml: key `grpc.max_recv_message_size` must be an integer, found a string"
         );
         let err = Config::from_toml_str("grpc = 3\n", "t.toml").unwrap_err();
-        assert!(
-            err.to_string().contains("key `grpc` must be a table"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("key `grpc` must be a table"), "{err}");
     }
 
     #[test]
     fn bad_enum_value_is_rejected() {
-        let err = Config::from_toml_str("[runtime]\ncgroup_driver = \"cgroupv3\"\n", "t.toml")
-            .unwrap_err();
+        let err = Config::from_toml_str("[runtime]\ncgroup_driver = \"cgroupv3\"\n", "t.toml").unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.starts_with("t.toml: key `runtime.cgroup_driver`: unknown variant `cgroupv3`"),
@@ -368,10 +349,7 @@ mod tests {
                 "[grpc]\nimage_address = \"/run/scute/scute.sock\"",
                 "grpc.image_address",
             ),
-            (
-                "[grpc]\nmax_send_message_size = 10",
-                "grpc.max_send_message_size",
-            ),
+            ("[grpc]\nmax_send_message_size = 10", "grpc.max_send_message_size"),
             ("[log]\nlevel = \"\"", "log.level"),
             ("[log]\nlevel = \"scute=loud\"", "log.level"),
             (
@@ -379,12 +357,14 @@ mod tests {
                 "runtime.runtime_handlers",
             ),
             ("[cni]\nbin_dirs = [\"bin\"]", "cni.bin_dirs"),
+            (
+                "[image]\nmax_concurrent_downloads = 0",
+                "image.max_concurrent_downloads",
+            ),
+            ("[image]\nsandbox_image = \"Bad/Name\"", "image.sandbox_image"),
         ] {
             let err = Config::from_toml_str(text, "t.toml").unwrap_err();
-            assert!(
-                err.to_string().contains(&format!("key `{key}`")),
-                "{text}: {err}"
-            );
+            assert!(err.to_string().contains(&format!("key `{key}`")), "{text}: {err}");
         }
     }
 

@@ -14,6 +14,8 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::Config;
+use crate::image::reference::ImageRef;
+use crate::image::{ImageManager, ImageManagerConfig};
 use crate::server::{image_service_server, runtime_service_server, Cri, CriService};
 use crate::store::Store;
 
@@ -33,18 +35,31 @@ pub async fn serve(config: Config) -> Result<()> {
     let store = Arc::new(store);
     tracing::info!(path = %store.path().display(), schema = crate::store::SCHEMA_VERSION, "store open");
 
+    let images = ImageManager::open(
+        store.clone(),
+        ImageManagerConfig {
+            root: &config.root,
+            hosts_dir: &config.registry.config_path,
+            max_concurrent_downloads: config.image.max_concurrent_downloads,
+            pinned: vec![ImageRef::parse(&config.image.sandbox_image)?.to_string()],
+        },
+    )?;
+    let images = Arc::new(images);
+    images
+        .import_embedded_pause()
+        .await
+        .context("importing the embedded pause image")?;
+
     let cri = Arc::new(Cri {
         config: config.clone(),
         store: store.clone(),
+        images,
         started_at: SystemTime::now(),
         network: Default::default(),
         runtime_readiness: Default::default(),
     });
     let service = CriService::new(cri);
-    let (recv_max, send_max) = (
-        config.grpc.max_recv_message_size,
-        config.grpc.max_send_message_size,
-    );
+    let (recv_max, send_max) = (config.grpc.max_recv_message_size, config.grpc.max_send_message_size);
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
@@ -62,12 +77,11 @@ pub async fn serve(config: Config) -> Result<()> {
                 .max_encoding_message_size(send_max),
         );
     let mut rx = shutdown_rx.clone();
-    servers.spawn(router.serve_with_incoming_shutdown(
-        UnixListenerStream::new(main_listener),
-        async move {
+    servers.spawn(
+        router.serve_with_incoming_shutdown(UnixListenerStream::new(main_listener), async move {
             let _ = rx.wait_for(|stop| *stop).await;
-        },
-    ));
+        }),
+    );
     tracing::info!(address = %config.grpc.address.display(), "serving CRI RuntimeService and ImageService");
 
     let image_address = &config.grpc.image_address;
@@ -79,12 +93,11 @@ pub async fn serve(config: Config) -> Result<()> {
                 .max_encoding_message_size(send_max),
         );
         let mut rx = shutdown_rx.clone();
-        servers.spawn(router.serve_with_incoming_shutdown(
-            UnixListenerStream::new(image_listener),
-            async move {
+        servers.spawn(
+            router.serve_with_incoming_shutdown(UnixListenerStream::new(image_listener), async move {
                 let _ = rx.wait_for(|stop| *stop).await;
-            },
-        ));
+            }),
+        );
         tracing::info!(address = %image_address.display(), "serving CRI ImageService");
     }
 
@@ -104,10 +117,7 @@ pub async fn serve(config: Config) -> Result<()> {
             }
         }
     };
-    tracing::info!(
-        signal = reason,
-        "shutting down: no new RPCs; containers keep running"
-    );
+    tracing::info!(signal = reason, "shutting down: no new RPCs; containers keep running");
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while let Some(result) = servers.join_next().await {
@@ -146,9 +156,7 @@ fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {
 /// (or is the state dir); an existing foreign dir is left as it is. A stale socket file left by
 /// a crash is replaced, but a live one (another daemon answers) is an error.
 fn bind_socket(path: &Path, state_dir: &Path) -> Result<UnixListener> {
-    let parent = path
-        .parent()
-        .context("socket path has no parent directory")?;
+    let parent = path.parent().context("socket path has no parent directory")?;
     if !parent.exists() || parent == state_dir {
         prepare_dir(parent, STATE_DIR_MODE)?;
     }
@@ -159,11 +167,9 @@ fn bind_socket(path: &Path, state_dir: &Path) -> Result<UnixListener> {
                 path.display()
             );
         }
-        std::fs::remove_file(path)
-            .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+        std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+    let listener = UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
         .with_context(|| format!("cannot chmod {}", path.display()))?;
     Ok(listener)

@@ -13,9 +13,11 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod image;
+pub mod keyed_lock;
 pub mod logging;
 pub mod sandbox;
 pub mod server;
+pub mod snapshot;
 pub mod store;
 
 /// The name reported as VersionResponse.runtime_name.

@@ -9,11 +9,7 @@ use scute::check::{self, Verdict};
 use scute::config::{CgroupDriver, Config, LogFormat, DEFAULT_CONFIG};
 
 #[derive(Parser)]
-#[command(
-    name = "scute",
-    version,
-    about = "A Kubernetes CRI v1 container runtime"
-)]
+#[command(name = "scute", version, about = "A Kubernetes CRI v1 container runtime")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -110,10 +106,7 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
     // Re-validate with the flags applied, so a bad flag is reported like a bad key.
     let text = toml::to_string(&config)?;
     overridden.extend(text.parse::<toml::Table>()?);
-    Ok(Config::from_toml_str(
-        &toml::to_string(&overridden)?,
-        "command line",
-    )?)
+    Ok(Config::from_toml_str(&toml::to_string(&overridden)?, "command line")?)
 }
 
 fn main() -> ExitCode {
@@ -157,10 +150,7 @@ fn main() -> ExitCode {
             for f in &findings {
                 println!("{f}");
             }
-            let failed = findings
-                .iter()
-                .filter(|f| f.verdict == Verdict::Fail)
-                .count();
+            let failed = findings.iter().filter(|f| f.verdict == Verdict::Fail).count();
             if failed > 0 {
                 println!("this node cannot run pods: {failed} check(s) failed");
                 ExitCode::FAILURE
@@ -178,10 +168,7 @@ fn main() -> ExitCode {
                 }
             };
             scute::logging::init(&config.log.level, config.log.format);
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("scute: cannot start the async runtime: {e}");

@@ -59,9 +59,7 @@ async fn status_reports_runtime_ready_and_network_readiness_honestly() {
     assert!(!network.status);
     assert_eq!(network.reason, "NetworkPluginNotReady");
     assert!(
-        network
-            .message
-            .contains(daemon.cni_conf_dir.to_str().unwrap()),
+        network.message.contains(daemon.cni_conf_dir.to_str().unwrap()),
         "{}",
         network.message
     );
@@ -81,11 +79,7 @@ async fn status_reports_runtime_ready_and_network_readiness_honestly() {
         .into_inner();
     let network = condition(&status, "NetworkReady");
     assert!(!network.status);
-    assert!(
-        network.message.contains("no-such-plugin"),
-        "{}",
-        network.message
-    );
+    assert!(network.message.contains("no-such-plugin"), "{}", network.message);
 
     // With Debian's real CNI plugins (hack/setup.sh installs them) the network is ready,
     // without a restart.
@@ -116,11 +110,7 @@ async fn status_reports_runtime_ready_and_network_readiness_honestly() {
     assert_eq!(status.info["lastCNILoadStatus"], "OK");
 
     // Handlers: the default "" and the configured "runc"; no feature claimed before it exists.
-    let names: Vec<&str> = status
-        .runtime_handlers
-        .iter()
-        .map(|h| h.name.as_str())
-        .collect();
+    let names: Vec<&str> = status.runtime_handlers.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, vec!["", "runc"]);
     for h in &status.runtime_handlers {
         let f = h.features.as_ref().unwrap();
@@ -168,8 +158,7 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message()
-            .starts_with("RunPodSandbox is not implemented yet"),
+        err.message().starts_with("RunPodSandbox is not implemented yet"),
         "{}",
         err.message()
     );
@@ -182,8 +171,7 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message()
-            .starts_with("PullImage is not implemented yet"),
+        err.message().starts_with("PullImage is not implemented yet"),
         "{}",
         err.message()
     );
@@ -205,21 +193,13 @@ async fn store_survives_restart_and_crash() {
     let mut client = daemon.runtime().await;
     let update = |cidr: &str| api::UpdateRuntimeConfigRequest {
         runtime_config: Some(api::RuntimeConfig {
-            network_config: Some(api::NetworkConfig {
-                pod_cidr: cidr.into(),
-            }),
+            network_config: Some(api::NetworkConfig { pod_cidr: cidr.into() }),
         }),
     };
-    let err = client
-        .update_runtime_config(update("10.88.0.0/99"))
-        .await
-        .unwrap_err();
+    let err = client.update_runtime_config(update("10.88.0.0/99")).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("10.88.0.0/99"));
-    client
-        .update_runtime_config(update("10.88.0.0/16"))
-        .await
-        .unwrap();
+    client.update_runtime_config(update("10.88.0.0/16")).await.unwrap();
 
     let pod_cidr = |status: api::StatusResponse| -> String {
         let v: serde_json::Value = serde_json::from_str(&status.info["runtimeConfig"]).unwrap();
@@ -252,10 +232,7 @@ async fn store_survives_restart_and_crash() {
 
     // A crash right after the reply loses nothing either (every write is a durable commit).
     daemon.kill();
-    assert!(
-        daemon.socket.exists(),
-        "SIGKILL leaves a stale socket behind"
-    );
+    assert!(daemon.socket.exists(), "SIGKILL leaves a stale socket behind");
     daemon.start_again();
     let status = daemon
         .runtime()
@@ -271,10 +248,7 @@ async fn store_survives_restart_and_crash() {
 fn bad_config_is_rejected_at_start_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        (
-            "[grpc]\nadress = \"/run/x.sock\"\n",
-            "unknown key `grpc.adress`",
-        ),
+        ("[grpc]\nadress = \"/run/x.sock\"\n", "unknown key `grpc.adress`"),
         (
             "[runtime]\ncgroup_driver = \"cgroupv3\"\n",
             "key `runtime.cgroup_driver`",
@@ -283,10 +257,7 @@ fn bad_config_is_rejected_at_start_naming_the_key() {
             "[grpc]\nmax_recv_message_size = \"16M\"\n",
             "key `grpc.max_recv_message_size` must be an integer",
         ),
-        (
-            "state = \"run/scute\"\n",
-            "key `state`: must be an absolute path",
-        ),
+        ("state = \"run/scute\"\n", "key `state`: must be an absolute path"),
         ("[log\n", "is not valid TOML"),
     ];
     for (text, expected) in cases {
@@ -382,13 +353,7 @@ async fn sigterm_stops_serving_and_removes_the_socket() {
 async fn separate_image_endpoint_serves_image_service_only() {
     let image_socket_dir = tempfile::tempdir().unwrap();
     let image_socket = image_socket_dir.path().join("images.sock");
-    let daemon = Daemon::start_with_args(
-        "",
-        &[
-            "--image-address",
-            &format!("unix://{}", image_socket.display()),
-        ],
-    );
+    let daemon = Daemon::start_with_args("", &["--image-address", &format!("unix://{}", image_socket.display())]);
     let channel = common::connect(&image_socket).await;
     let err = api::image_service_client::ImageServiceClient::new(channel.clone())
         .image_fs_info(api::ImageFsInfoRequest {})
@@ -396,8 +361,7 @@ async fn separate_image_endpoint_serves_image_service_only() {
         .unwrap_err();
     // Served by scute (its own message), not rejected as an unknown service.
     assert!(
-        err.message()
-            .starts_with("ImageFsInfo is not implemented yet"),
+        err.message().starts_with("ImageFsInfo is not implemented yet"),
         "{err:?}"
     );
     let err = api::runtime_service_client::RuntimeServiceClient::new(channel)
@@ -410,11 +374,7 @@ async fn separate_image_endpoint_serves_image_service_only() {
         "RuntimeService must not be on the image socket: {err:?}"
     );
     assert_eq!(
-        std::fs::metadata(&image_socket)
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
+        std::fs::metadata(&image_socket).unwrap().permissions().mode() & 0o777,
         0o660
     );
     drop(daemon);
@@ -423,16 +383,10 @@ async fn separate_image_endpoint_serves_image_service_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_method_and_duration_per_rpc() {
-    let mut daemon =
-        Daemon::start_with_args("", &["--log-format", "json", "--log-level", "scute=debug"]);
+    let mut daemon = Daemon::start_with_args("", &["--log-format", "json", "--log-level", "scute=debug"]);
     let mut client = daemon.runtime().await;
-    client
-        .version(api::VersionRequest::default())
-        .await
-        .unwrap();
-    let _ = client
-        .list_containers(api::ListContainersRequest::default())
-        .await;
+    client.version(api::VersionRequest::default()).await.unwrap();
+    let _ = client.list_containers(api::ListContainersRequest::default()).await;
     daemon.stop();
     let lines: Vec<serde_json::Value> = daemon
         .log()
@@ -502,30 +456,18 @@ fn check_reports_the_node_and_registry_reachability() {
     assert!(out.contains("ok    overlay"), "{out}");
     assert!(out.contains("ok    cgroups"), "{out}");
     assert!(
-        out.contains(&format!(
-            "ok    registry   http://{} reachable",
-            registry.addr
-        )),
+        out.contains(&format!("ok    registry   http://{} reachable", registry.addr)),
         "{out}"
     );
     assert!(out.contains("warn  cni"), "{out}");
     // The overlay probe leaves nothing in root.
-    assert_eq!(
-        std::fs::read_dir(dir.path().join("root")).unwrap().count(),
-        0
-    );
+    assert_eq!(std::fs::read_dir(dir.path().join("root")).unwrap().count(), 0);
 
     registry.stop();
     let (code, out, _) = scute(&["check", "--config", config.to_str().unwrap()]);
-    assert_eq!(
-        code, 0,
-        "an unreachable mirror is a warning, not a node failure: {out}"
-    );
+    assert_eq!(code, 0, "an unreachable mirror is a warning, not a node failure: {out}");
     assert!(
-        out.contains(&format!(
-            "warn  registry   http://{} unreachable",
-            registry.addr
-        )),
+        out.contains(&format!("warn  registry   http://{} unreachable", registry.addr)),
         "{out}"
     );
 

@@ -1,5 +1,291 @@
 //! Images: references, registry hosts (mirrors), registry access, the content store, secure
 //! layer unpacking, and the image records kept in the store.
+//!
+//! [`ImageManager`] owns all of it: the content store and snapshot directories on disk, the image
+//! and snapshot records, and the in-flight pulls. Server handlers call it; nothing else touches
+//! those files.
 
+pub mod content;
+pub mod digest;
 pub mod hosts;
+pub mod pause;
+mod pull;
+pub mod record;
+pub mod reference;
+pub mod registry;
 pub mod unpack;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use crate::keyed_lock::KeyedLocks;
+use crate::snapshot::{SnapshotRecord, Snapshotter};
+use crate::store::{self, Kind, Store};
+use content::ContentStore;
+use digest::Digest;
+use record::ImageRecord;
+use reference::ImageRef;
+
+pub use pull::{now_nanos, PullProgress};
+pub use registry::Credentials;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("registry refused the credentials: {0}")]
+    Unauthorized(String),
+    #[error("registry error: {0}")]
+    Remote(String),
+    #[error("{0}")]
+    NoPlatform(String),
+    #[error("content verification failed: {0}")]
+    Integrity(String),
+    #[error("layer {layer} is unsafe to unpack: {reason}")]
+    Hostile { layer: String, reason: String },
+    #[error("registry configuration: {0}")]
+    Config(String),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("{0}")]
+    InvalidReference(#[from] reference::RefError),
+    #[error("image {0:?} not found")]
+    NotFound(String),
+    #[error("pulling {image}: {source}")]
+    Pull { image: String, source: PullError },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Content(#[from] content::ContentError),
+    #[error("{0}")]
+    Io(String),
+}
+
+impl From<std::io::Error> for ImageError {
+    fn from(e: std::io::Error) -> Self {
+        ImageError::Io(e.to_string())
+    }
+}
+
+pub struct ImageManager {
+    store: Arc<Store>,
+    content: ContentStore,
+    snapshots: Snapshotter,
+    hosts_dir: PathBuf,
+    max_concurrent_downloads: usize,
+    /// Images named here are reported pinned (the kubelet never garbage-collects them).
+    pinned: Vec<String>,
+    /// One pull per reference at a time; one download per layer at a time.
+    ref_locks: KeyedLocks,
+    layer_locks: KeyedLocks,
+    /// Serialises read-modify-write of image records (tags move between images).
+    records: Mutex<()>,
+    content_root: PathBuf,
+    snapshots_root: PathBuf,
+}
+
+pub struct ImageManagerConfig<'a> {
+    pub root: &'a Path,
+    pub hosts_dir: &'a Path,
+    pub max_concurrent_downloads: usize,
+    pub pinned: Vec<String>,
+}
+
+impl ImageManager {
+    pub fn open(store: Arc<Store>, config: ImageManagerConfig<'_>) -> Result<ImageManager, ImageError> {
+        let content_root = config.root.join("content");
+        let snapshots_root = config.root.join("snapshots");
+        Ok(ImageManager {
+            content: ContentStore::open(&content_root)?,
+            snapshots: Snapshotter::open(&snapshots_root)?,
+            store,
+            hosts_dir: config.hosts_dir.to_path_buf(),
+            max_concurrent_downloads: config.max_concurrent_downloads.max(1),
+            pinned: config.pinned,
+            ref_locks: KeyedLocks::default(),
+            layer_locks: KeyedLocks::default(),
+            records: Mutex::new(()),
+            content_root,
+            snapshots_root,
+        })
+    }
+
+    pub fn snapshots(&self) -> &Snapshotter {
+        &self.snapshots
+    }
+
+    pub fn content_root(&self) -> &Path {
+        &self.content_root
+    }
+
+    pub fn snapshots_root(&self) -> &Path {
+        &self.snapshots_root
+    }
+
+    pub fn list(&self) -> Result<Vec<ImageRecord>, ImageError> {
+        Ok(self.store.list::<ImageRecord>()?)
+    }
+
+    /// Finds an image by ID (`sha256:…` or bare hex, or a unique prefix of either), RepoTag or
+    /// RepoDigest, in that order of certainty (containerd's LocalResolve).
+    pub fn resolve(&self, ref_or_id: &str) -> Result<ImageRecord, ImageError> {
+        let not_found = || ImageError::NotFound(ref_or_id.to_string());
+        if ref_or_id.is_empty() {
+            return Err(not_found());
+        }
+        if let Ok(d) = Digest::parse(ref_or_id) {
+            return self.store.get::<ImageRecord>(d.as_str())?.ok_or_else(not_found);
+        }
+        let images = self.store.list::<ImageRecord>()?;
+        if let Ok(image_ref) = ImageRef::parse(ref_or_id) {
+            let tag = image_ref.repo_tag();
+            let by_digest = image_ref.digest().map(|d| image_ref.repo_digest(d));
+            // name:tag@digest names the digest; the tag is informational.
+            let found = match (&by_digest, &tag) {
+                (Some(rd), _) => images.iter().find(|i| i.repo_digests.contains(rd)),
+                (None, Some(t)) => images.iter().find(|i| i.repo_tags.contains(t)),
+                (None, None) => None,
+            };
+            if let Some(image) = found {
+                return Ok(image.clone());
+            }
+        }
+        let hex = ref_or_id.strip_prefix("sha256:").unwrap_or(ref_or_id);
+        if !hex.is_empty() && hex.len() <= 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return match self
+                .store
+                .resolve_id(Kind::Image, &format!("sha256:{}", hex.to_ascii_lowercase()))
+            {
+                Ok(id) => self.store.get::<ImageRecord>(&id)?.ok_or_else(not_found),
+                Err(store::Error::NotFound { .. }) => Err(not_found()),
+                Err(e) => Err(e.into()),
+            };
+        }
+        Err(not_found())
+    }
+
+    pub fn is_pinned(&self, image: &ImageRecord) -> bool {
+        image.pinned || image.repo_tags.iter().any(|t| self.pinned.contains(t))
+    }
+
+    /// Removes an image and every name it has (removing `busybox:1` when the same image is also
+    /// `busybox:latest` removes both, as containerd does), then frees content and snapshots no
+    /// other image uses. Unknown images are not an error: the kubelet retries removals.
+    pub async fn remove(&self, ref_or_id: &str) -> Result<(), ImageError> {
+        let _records = self.records.lock().await;
+        let image = match self.resolve(ref_or_id) {
+            Ok(image) => image,
+            Err(ImageError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.store.delete::<ImageRecord>(image.id.as_str(), None)?;
+        tracing::info!(image = %image.id, tags = ?image.repo_tags, "image removed");
+        self.collect_garbage()
+    }
+
+    /// Deletes blobs and snapshots that no image references.
+    fn collect_garbage(&self) -> Result<(), ImageError> {
+        let images = self.store.list::<ImageRecord>()?;
+        let live_blobs: std::collections::HashSet<&Digest> = images.iter().flat_map(|i| i.blobs()).collect();
+        let live_chains: std::collections::HashSet<&Digest> = images
+            .iter()
+            .flat_map(|i| i.layers.iter().map(|l| &l.chain_id))
+            .collect();
+        for blob in self.content.list()? {
+            if !live_blobs.contains(&blob) {
+                self.content.delete(&blob)?;
+            }
+        }
+        for snapshot in self.store.list::<SnapshotRecord>()? {
+            if !live_chains.contains(&snapshot.chain_id) {
+                self.store.delete::<SnapshotRecord>(snapshot.chain_id.as_str(), None)?;
+                self.snapshots.remove(&snapshot.chain_id)?;
+            }
+        }
+        // Directories without a record: a crash between unpack and record.
+        for chain in self.snapshots.list_dirs()? {
+            if !live_chains.contains(&chain) && self.store.get::<SnapshotRecord>(chain.as_str())?.is_none() {
+                self.snapshots.remove(&chain)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a new image record, or adds names to the existing one, moving a RepoTag away from
+    /// the image that had it (an image left with no name at all is removed).
+    async fn commit_record(&self, mut record: ImageRecord) -> Result<ImageRecord, ImageError> {
+        let _records = self.records.lock().await;
+        let new_tags = record.repo_tags.clone();
+        for mut other in self.store.list::<ImageRecord>()? {
+            if other.id == record.id {
+                for tag in &other.repo_tags {
+                    if !record.repo_tags.contains(tag) {
+                        record.repo_tags.push(tag.clone());
+                    }
+                }
+                for rd in &other.repo_digests {
+                    if !record.repo_digests.contains(rd) {
+                        record.repo_digests.push(rd.clone());
+                    }
+                }
+                record.created_at = other.created_at;
+                continue;
+            }
+            let before = other.repo_tags.len();
+            other.repo_tags.retain(|t| !new_tags.contains(t));
+            if other.repo_tags.len() != before {
+                if other.has_name() {
+                    self.store.put(&other)?;
+                } else {
+                    self.store.delete::<ImageRecord>(other.id.as_str(), None)?;
+                }
+            }
+        }
+        record.repo_tags.sort();
+        record.repo_digests.sort();
+        self.store.put(&record)?;
+        self.collect_garbage()?;
+        Ok(record)
+    }
+
+    /// Bytes and inodes used by the image filesystem (content + snapshots).
+    pub fn content(&self) -> &ContentStore {
+        &self.content
+    }
+
+    pub fn usage(&self) -> (u64, u64) {
+        let (b1, i1) = dir_usage(&self.content_root);
+        let (b2, i2) = dir_usage(&self.snapshots_root);
+        (b1 + b2, i1 + i2)
+    }
+}
+
+/// Walks a tree summing allocated bytes and counting inodes once each (hard links share one).
+fn dir_usage(root: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0u64;
+    let mut inodes = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if !seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            inodes += 1;
+            bytes += meta.blocks() * 512;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    (bytes, inodes)
+}

@@ -79,11 +79,7 @@ pub fn probe(config: &CniConfig) -> Result<Network, NotReady> {
         if list.plugins.is_empty() {
             return Err(bad("\"plugins\" is empty".into()));
         }
-        let types = list
-            .plugins
-            .into_iter()
-            .map(|p| p.plugin_type)
-            .collect::<Vec<_>>();
+        let types = list.plugins.into_iter().map(|p| p.plugin_type).collect::<Vec<_>>();
         (list.name, list.cni_version, types)
     } else {
         let single: SingleConf = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
@@ -95,9 +91,7 @@ pub fn probe(config: &CniConfig) -> Result<Network, NotReady> {
     let mut plugins = Vec::with_capacity(plugin_types.len());
     for plugin in plugin_types {
         if plugin.is_empty() || plugin.contains('/') {
-            return Err(bad(format!(
-                "plugin type {plugin:?} is not a plain binary name"
-            )));
+            return Err(bad(format!("plugin type {plugin:?} is not a plain binary name")));
         }
         let Some(path) = find_plugin(&config.bin_dirs, &plugin) else {
             return Err(NotReady::PluginMissing {
@@ -124,9 +118,7 @@ pub fn probe(config: &CniConfig) -> Result<Network, NotReady> {
 fn first_conf_file(dir: &Path) -> Result<PathBuf, NotReady> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(NotReady::NoConfig(dir.to_path_buf()))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(NotReady::NoConfig(dir.to_path_buf())),
         Err(e) => {
             return Err(NotReady::ConfDirUnreadable {
                 dir: dir.to_path_buf(),
@@ -152,9 +144,9 @@ fn first_conf_file(dir: &Path) -> Result<PathBuf, NotReady> {
 }
 
 fn find_plugin(dirs: &[PathBuf], plugin: &str) -> Option<PathBuf> {
-    dirs.iter().map(|d| d.join(plugin)).find(|p| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    dirs.iter()
+        .map(|d| d.join(plugin))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 #[cfg(test)]
@@ -182,10 +174,7 @@ mod tests {
     #[test]
     fn missing_dir_and_empty_dir_are_not_ready() {
         let (dir, mut config) = setup();
-        assert_eq!(
-            probe(&config),
-            Err(NotReady::NoConfig(config.conf_dir.clone()))
-        );
+        assert_eq!(probe(&config), Err(NotReady::NoConfig(config.conf_dir.clone())));
         config.conf_dir = dir.path().join("nope");
         assert!(matches!(probe(&config), Err(NotReady::NoConfig(_))));
     }
@@ -209,30 +198,20 @@ mod tests {
         let net = probe(&config).unwrap();
         assert_eq!(net.name, "pods");
         assert_eq!(net.cni_version, "1.0.0");
-        assert_eq!(
-            net.plugins[1],
-            ("portmap".to_string(), dir.path().join("bin/portmap"))
-        );
+        assert_eq!(net.plugins[1], ("portmap".to_string(), dir.path().join("bin/portmap")));
     }
 
     #[test]
     fn missing_or_non_executable_plugin_is_named() {
         let (dir, config) = setup();
-        fs::write(
-            config.conf_dir.join("a.conf"),
-            r#"{"name":"n","type":"bridge"}"#,
-        )
-        .unwrap();
+        fs::write(config.conf_dir.join("a.conf"), r#"{"name":"n","type":"bridge"}"#).unwrap();
         let err = probe(&config).unwrap_err();
         assert!(
             matches!(&err, NotReady::PluginMissing { plugin, .. } if plugin == "bridge"),
             "{err}"
         );
         fs::write(dir.path().join("bin/bridge"), "").unwrap();
-        assert!(matches!(
-            probe(&config),
-            Err(NotReady::PluginMissing { .. })
-        ));
+        assert!(matches!(probe(&config), Err(NotReady::PluginMissing { .. })));
         plugin(dir.path(), "bridge");
         assert_eq!(probe(&config).unwrap().plugins.len(), 1);
     }
@@ -257,20 +236,14 @@ mod tests {
         assert!(matches!(cache.probe(&config), Err(NotReady::NoConfig(_))));
         let file = config.conf_dir.join("a.conflist");
         fs::write(&file, r#"{"name":"n","plugins":[{"type":"bridge"}]}"#).unwrap();
-        assert!(matches!(
-            cache.probe(&config),
-            Err(NotReady::PluginMissing { .. })
-        ));
+        assert!(matches!(cache.probe(&config), Err(NotReady::PluginMissing { .. })));
         plugin(dir.path(), "bridge");
         assert_eq!(cache.probe(&config).unwrap().name, "n");
         // Rewritten in place with another length: the file stamp changes.
         fs::write(&file, r#"{"name":"renamed","plugins":[{"type":"bridge"}]}"#).unwrap();
         assert_eq!(cache.probe(&config).unwrap().name, "renamed");
         fs::remove_file(dir.path().join("bin/bridge")).unwrap();
-        assert!(matches!(
-            cache.probe(&config),
-            Err(NotReady::PluginMissing { .. })
-        ));
+        assert!(matches!(cache.probe(&config), Err(NotReady::PluginMissing { .. })));
     }
 }
 
@@ -315,10 +288,9 @@ impl ProbeCache {
                 net.plugins.iter().map(|(_, path)| stamp(path)).collect(),
             ),
             // A missing plugin may appear in any bin dir: watch the dirs instead.
-            Err(NotReady::PluginMissing { file, .. }) => (
-                stamp(file),
-                config.bin_dirs.iter().map(|d| stamp(d)).collect(),
-            ),
+            Err(NotReady::PluginMissing { file, .. }) => {
+                (stamp(file), config.bin_dirs.iter().map(|d| stamp(d)).collect())
+            }
             Err(NotReady::BadConfig { file, .. }) => (stamp(file), Vec::new()),
             Err(_) => (None, Vec::new()),
         };

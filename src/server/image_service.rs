@@ -4,15 +4,12 @@
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use super::{instrument, unimplemented, CriService};
+use super::{grpc_timeout, instrument, unimplemented, CriService};
 use crate::api::{self, image_service_server::ImageService};
 
-const IMAGES: &str = "image pulls, content store and snapshots";
 const STATS: &str = "stats, events, metrics and streaming lists";
 
-pub fn image_service_server(
-    service: CriService,
-) -> api::image_service_server::ImageServiceServer<CriService> {
+pub fn image_service_server(service: CriService) -> api::image_service_server::ImageServiceServer<CriService> {
     api::image_service_server::ImageServiceServer::new(service)
 }
 
@@ -20,9 +17,9 @@ pub fn image_service_server(
 impl ImageService for CriService {
     async fn list_images(
         &self,
-        _request: Request<api::ListImagesRequest>,
+        request: Request<api::ListImagesRequest>,
     ) -> Result<Response<api::ListImagesResponse>, Status> {
-        instrument("ListImages", unimplemented("ListImages", IMAGES)).await
+        instrument("ListImages", self.cri.list_images(request.into_inner())).await
     }
 
     type StreamImagesStream = BoxStream<api::StreamImagesResponse>;
@@ -36,29 +33,30 @@ impl ImageService for CriService {
 
     async fn image_status(
         &self,
-        _request: Request<api::ImageStatusRequest>,
+        request: Request<api::ImageStatusRequest>,
     ) -> Result<Response<api::ImageStatusResponse>, Status> {
-        instrument("ImageStatus", unimplemented("ImageStatus", IMAGES)).await
+        instrument("ImageStatus", self.cri.image_status(request.into_inner())).await
     }
 
     async fn pull_image(
         &self,
-        _request: Request<api::PullImageRequest>,
+        request: Request<api::PullImageRequest>,
     ) -> Result<Response<api::PullImageResponse>, Status> {
-        instrument("PullImage", unimplemented("PullImage", IMAGES)).await
+        let deadline = grpc_timeout(request.metadata());
+        instrument("PullImage", self.cri.pull_image(request.into_inner(), deadline)).await
     }
 
     async fn remove_image(
         &self,
-        _request: Request<api::RemoveImageRequest>,
+        request: Request<api::RemoveImageRequest>,
     ) -> Result<Response<api::RemoveImageResponse>, Status> {
-        instrument("RemoveImage", unimplemented("RemoveImage", IMAGES)).await
+        instrument("RemoveImage", self.cri.remove_image(request.into_inner())).await
     }
 
     async fn image_fs_info(
         &self,
-        _request: Request<api::ImageFsInfoRequest>,
+        request: Request<api::ImageFsInfoRequest>,
     ) -> Result<Response<api::ImageFsInfoResponse>, Status> {
-        instrument("ImageFsInfo", unimplemented("ImageFsInfo", IMAGES)).await
+        instrument("ImageFsInfo", self.cri.image_fs_info(request.into_inner())).await
     }
 }

@@ -5,7 +5,13 @@
 //! (`version.rs`, `status.rs`, …), which returns a typed [`RpcError`]. This module is the one place
 //! where errors become gRPC status codes.
 
+mod image_convert;
+mod image_fs_info;
+mod image_list;
+mod image_pull;
+mod image_remove;
 mod image_service;
+mod image_status;
 mod runtime_config;
 mod runtime_service;
 mod status;
@@ -20,6 +26,7 @@ use tonic::{Code, Response, Status};
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::image::{ImageError, ImageManager, PullError};
 use crate::store::{self, Store};
 
 pub use image_service::image_service_server;
@@ -30,6 +37,7 @@ pub use runtime_service::runtime_service_server;
 pub struct Cri {
     pub config: Arc<Config>,
     pub store: Arc<Store>,
+    pub images: Arc<ImageManager>,
     pub started_at: SystemTime,
     /// Last CNI config probe (NetworkReady), revalidated by file stamps.
     pub network: crate::sandbox::cni::ProbeCache,
@@ -64,8 +72,12 @@ pub enum RpcError {
         rpc: &'static str,
         tracked_by: &'static str,
     },
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error(transparent)]
     Store(#[from] store::Error),
+    #[error(transparent)]
+    Image(#[from] ImageError),
     #[error("{0}")]
     Internal(String),
 }
@@ -87,14 +99,27 @@ impl From<RpcError> for Status {
             RpcError::Store(e) => match e {
                 store::Error::NotFound { .. } => Code::NotFound,
                 store::Error::Ambiguous { .. } => Code::InvalidArgument,
-                store::Error::NameTaken { .. } | store::Error::AlreadyExists { .. } => {
-                    Code::AlreadyExists
-                }
+                store::Error::NameTaken { .. } | store::Error::AlreadyExists { .. } => Code::AlreadyExists,
                 store::Error::SchemaTooNew { .. }
                 | store::Error::Locked { .. }
                 | store::Error::Corrupt { .. }
                 | store::Error::BadSetting { .. }
                 | store::Error::Db(_) => Code::Internal,
+            },
+            RpcError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            RpcError::Image(e) => match e {
+                ImageError::InvalidReference(_) => Code::InvalidArgument,
+                ImageError::NotFound(_) => Code::NotFound,
+                ImageError::Pull { source, .. } => match source {
+                    PullError::NotFound(_) | PullError::NoPlatform(_) => Code::NotFound,
+                    PullError::Unauthorized(_) => Code::Unauthenticated,
+                    // The registry or the network may recover: the kubelet retries with backoff.
+                    PullError::Remote(_) => Code::Unavailable,
+                    PullError::Integrity(_) | PullError::Hostile { .. } => Code::FailedPrecondition,
+                    PullError::Config(_) => Code::FailedPrecondition,
+                    PullError::Unsupported(_) => Code::InvalidArgument,
+                },
+                ImageError::Store(_) | ImageError::Content(_) | ImageError::Io(_) => Code::Internal,
             },
             RpcError::Internal(_) => Code::Internal,
         };
@@ -104,10 +129,7 @@ impl From<RpcError> for Status {
 
 /// Runs one RPC handler inside a span named after the method, logs its outcome and duration,
 /// and maps its error. Handlers add ids to the span with `Span::current().record("id", …)`.
-pub(crate) async fn instrument<T, F>(
-    method: &'static str,
-    handler: F,
-) -> Result<Response<T>, Status>
+pub(crate) async fn instrument<T, F>(method: &'static str, handler: F) -> Result<Response<T>, Status>
 where
     F: Future<Output = Result<T, RpcError>>,
 {
@@ -137,11 +159,25 @@ where
     }
 }
 
+/// The deadline the client set (`grpc-timeout` header, e.g. `9999m`), so long operations can stop
+/// and report DeadlineExceeded themselves.
+pub(crate) fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => std::time::Duration::from_secs(n.saturating_mul(3600)),
+        "M" => std::time::Duration::from_secs(n.saturating_mul(60)),
+        "S" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_millis(n),
+        "u" => std::time::Duration::from_micros(n),
+        "n" => std::time::Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// Handler for RPCs not served yet.
-pub(crate) async fn unimplemented<T>(
-    rpc: &'static str,
-    tracked_by: &'static str,
-) -> Result<T, RpcError> {
+pub(crate) async fn unimplemented<T>(rpc: &'static str, tracked_by: &'static str) -> Result<T, RpcError> {
     Err(RpcError::Unimplemented { rpc, tracked_by })
 }
 
@@ -154,10 +190,7 @@ mod tests {
         let cases: Vec<(RpcError, Code)> = vec![
             (RpcError::InvalidArgument("x".into()), Code::InvalidArgument),
             (RpcError::NotFound("x".into()), Code::NotFound),
-            (
-                RpcError::FailedPrecondition("x".into()),
-                Code::FailedPrecondition,
-            ),
+            (RpcError::FailedPrecondition("x".into()), Code::FailedPrecondition),
             (
                 RpcError::Unimplemented {
                     rpc: "Exec",

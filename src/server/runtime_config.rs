@@ -2,9 +2,7 @@
 //! the kubelet's --cgroup-driver can follow the runtime instead of being set twice.
 
 use super::{Cri, RpcError};
-use crate::api::{
-    CgroupDriver, LinuxRuntimeConfiguration, RuntimeConfigRequest, RuntimeConfigResponse,
-};
+use crate::api::{CgroupDriver, LinuxRuntimeConfiguration, RuntimeConfigRequest, RuntimeConfigResponse};
 use crate::config;
 
 impl Cri {

@@ -13,18 +13,13 @@ const STREAMING: &str = "exec/attach/port-forward streaming";
 const STATS: &str = "stats, events, metrics and streaming lists";
 const CHECKPOINT: &str = "out of scope: checkpointing needs CRIU, which scute does not use";
 
-pub fn runtime_service_server(
-    service: CriService,
-) -> api::runtime_service_server::RuntimeServiceServer<CriService> {
+pub fn runtime_service_server(service: CriService) -> api::runtime_service_server::RuntimeServiceServer<CriService> {
     api::runtime_service_server::RuntimeServiceServer::new(service)
 }
 
 #[tonic::async_trait]
 impl RuntimeService for CriService {
-    async fn version(
-        &self,
-        request: Request<api::VersionRequest>,
-    ) -> Result<Response<api::VersionResponse>, Status> {
+    async fn version(&self, request: Request<api::VersionRequest>) -> Result<Response<api::VersionResponse>, Status> {
         instrument("Version", self.cri.version(request.into_inner())).await
     }
 
@@ -46,22 +41,14 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::RemovePodSandboxRequest>,
     ) -> Result<Response<api::RemovePodSandboxResponse>, Status> {
-        instrument(
-            "RemovePodSandbox",
-            unimplemented("RemovePodSandbox", SANDBOXES),
-        )
-        .await
+        instrument("RemovePodSandbox", unimplemented("RemovePodSandbox", SANDBOXES)).await
     }
 
     async fn pod_sandbox_status(
         &self,
         _request: Request<api::PodSandboxStatusRequest>,
     ) -> Result<Response<api::PodSandboxStatusResponse>, Status> {
-        instrument(
-            "PodSandboxStatus",
-            unimplemented("PodSandboxStatus", SANDBOXES),
-        )
-        .await
+        instrument("PodSandboxStatus", unimplemented("PodSandboxStatus", SANDBOXES)).await
     }
 
     async fn list_pod_sandbox(
@@ -77,33 +64,21 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::StreamPodSandboxesRequest>,
     ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
-        instrument(
-            "StreamPodSandboxes",
-            unimplemented("StreamPodSandboxes", STATS),
-        )
-        .await
+        instrument("StreamPodSandboxes", unimplemented("StreamPodSandboxes", STATS)).await
     }
 
     async fn create_container(
         &self,
         _request: Request<api::CreateContainerRequest>,
     ) -> Result<Response<api::CreateContainerResponse>, Status> {
-        instrument(
-            "CreateContainer",
-            unimplemented("CreateContainer", CONTAINERS),
-        )
-        .await
+        instrument("CreateContainer", unimplemented("CreateContainer", CONTAINERS)).await
     }
 
     async fn start_container(
         &self,
         _request: Request<api::StartContainerRequest>,
     ) -> Result<Response<api::StartContainerResponse>, Status> {
-        instrument(
-            "StartContainer",
-            unimplemented("StartContainer", CONTAINERS),
-        )
-        .await
+        instrument("StartContainer", unimplemented("StartContainer", CONTAINERS)).await
     }
 
     async fn stop_container(
@@ -117,22 +92,14 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::RemoveContainerRequest>,
     ) -> Result<Response<api::RemoveContainerResponse>, Status> {
-        instrument(
-            "RemoveContainer",
-            unimplemented("RemoveContainer", CONTAINERS),
-        )
-        .await
+        instrument("RemoveContainer", unimplemented("RemoveContainer", CONTAINERS)).await
     }
 
     async fn list_containers(
         &self,
         _request: Request<api::ListContainersRequest>,
     ) -> Result<Response<api::ListContainersResponse>, Status> {
-        instrument(
-            "ListContainers",
-            unimplemented("ListContainers", CONTAINERS),
-        )
-        .await
+        instrument("ListContainers", unimplemented("ListContainers", CONTAINERS)).await
     }
 
     type StreamContainersStream = BoxStream<api::StreamContainersResponse>;
@@ -148,11 +115,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::ContainerStatusRequest>,
     ) -> Result<Response<api::ContainerStatusResponse>, Status> {
-        instrument(
-            "ContainerStatus",
-            unimplemented("ContainerStatus", CONTAINERS),
-        )
-        .await
+        instrument("ContainerStatus", unimplemented("ContainerStatus", CONTAINERS)).await
     }
 
     async fn update_container_resources(
@@ -170,11 +133,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::ReopenContainerLogRequest>,
     ) -> Result<Response<api::ReopenContainerLogResponse>, Status> {
-        instrument(
-            "ReopenContainerLog",
-            unimplemented("ReopenContainerLog", CONTAINERS),
-        )
-        .await
+        instrument("ReopenContainerLog", unimplemented("ReopenContainerLog", CONTAINERS)).await
     }
 
     async fn exec_sync(
@@ -184,17 +143,11 @@ impl RuntimeService for CriService {
         instrument("ExecSync", unimplemented("ExecSync", CONTAINERS)).await
     }
 
-    async fn exec(
-        &self,
-        _request: Request<api::ExecRequest>,
-    ) -> Result<Response<api::ExecResponse>, Status> {
+    async fn exec(&self, _request: Request<api::ExecRequest>) -> Result<Response<api::ExecResponse>, Status> {
         instrument("Exec", unimplemented("Exec", STREAMING)).await
     }
 
-    async fn attach(
-        &self,
-        _request: Request<api::AttachRequest>,
-    ) -> Result<Response<api::AttachResponse>, Status> {
+    async fn attach(&self, _request: Request<api::AttachRequest>) -> Result<Response<api::AttachResponse>, Status> {
         instrument("Attach", unimplemented("Attach", STREAMING)).await
     }
 
@@ -216,11 +169,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::ListContainerStatsRequest>,
     ) -> Result<Response<api::ListContainerStatsResponse>, Status> {
-        instrument(
-            "ListContainerStats",
-            unimplemented("ListContainerStats", STATS),
-        )
-        .await
+        instrument("ListContainerStats", unimplemented("ListContainerStats", STATS)).await
     }
 
     type StreamContainerStatsStream = BoxStream<api::StreamContainerStatsResponse>;
@@ -229,11 +178,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::StreamContainerStatsRequest>,
     ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
-        instrument(
-            "StreamContainerStats",
-            unimplemented("StreamContainerStats", STATS),
-        )
-        .await
+        instrument("StreamContainerStats", unimplemented("StreamContainerStats", STATS)).await
     }
 
     async fn pod_sandbox_stats(
@@ -247,11 +192,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::ListPodSandboxStatsRequest>,
     ) -> Result<Response<api::ListPodSandboxStatsResponse>, Status> {
-        instrument(
-            "ListPodSandboxStats",
-            unimplemented("ListPodSandboxStats", STATS),
-        )
-        .await
+        instrument("ListPodSandboxStats", unimplemented("ListPodSandboxStats", STATS)).await
     }
 
     type StreamPodSandboxStatsStream = BoxStream<api::StreamPodSandboxStatsResponse>;
@@ -260,11 +201,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::StreamPodSandboxStatsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
-        instrument(
-            "StreamPodSandboxStats",
-            unimplemented("StreamPodSandboxStats", STATS),
-        )
-        .await
+        instrument("StreamPodSandboxStats", unimplemented("StreamPodSandboxStats", STATS)).await
     }
 
     async fn update_runtime_config(
@@ -278,10 +215,7 @@ impl RuntimeService for CriService {
         .await
     }
 
-    async fn status(
-        &self,
-        request: Request<api::StatusRequest>,
-    ) -> Result<Response<api::StatusResponse>, Status> {
+    async fn status(&self, request: Request<api::StatusRequest>) -> Result<Response<api::StatusResponse>, Status> {
         instrument("Status", self.cri.status(request.into_inner())).await
     }
 
@@ -289,11 +223,7 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::CheckpointContainerRequest>,
     ) -> Result<Response<api::CheckpointContainerResponse>, Status> {
-        instrument(
-            "CheckpointContainer",
-            unimplemented("CheckpointContainer", CHECKPOINT),
-        )
-        .await
+        instrument("CheckpointContainer", unimplemented("CheckpointContainer", CHECKPOINT)).await
     }
 
     type GetContainerEventsStream = BoxStream<api::ContainerEventResponse>;
@@ -302,33 +232,21 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<api::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        instrument(
-            "GetContainerEvents",
-            unimplemented("GetContainerEvents", STATS),
-        )
-        .await
+        instrument("GetContainerEvents", unimplemented("GetContainerEvents", STATS)).await
     }
 
     async fn list_metric_descriptors(
         &self,
         _request: Request<api::ListMetricDescriptorsRequest>,
     ) -> Result<Response<api::ListMetricDescriptorsResponse>, Status> {
-        instrument(
-            "ListMetricDescriptors",
-            unimplemented("ListMetricDescriptors", STATS),
-        )
-        .await
+        instrument("ListMetricDescriptors", unimplemented("ListMetricDescriptors", STATS)).await
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _request: Request<api::ListPodSandboxMetricsRequest>,
     ) -> Result<Response<api::ListPodSandboxMetricsResponse>, Status> {
-        instrument(
-            "ListPodSandboxMetrics",
-            unimplemented("ListPodSandboxMetrics", STATS),
-        )
-        .await
+        instrument("ListPodSandboxMetrics", unimplemented("ListPodSandboxMetrics", STATS)).await
     }
 
     type StreamPodSandboxMetricsStream = BoxStream<api::StreamPodSandboxMetricsResponse>;
@@ -348,11 +266,7 @@ impl RuntimeService for CriService {
         &self,
         request: Request<api::RuntimeConfigRequest>,
     ) -> Result<Response<api::RuntimeConfigResponse>, Status> {
-        instrument(
-            "RuntimeConfig",
-            self.cri.runtime_config(request.into_inner()),
-        )
-        .await
+        instrument("RuntimeConfig", self.cri.runtime_config(request.into_inner())).await
     }
 
     async fn update_pod_sandbox_resources(

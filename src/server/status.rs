@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use super::update_runtime_config::POD_CIDR_SETTING;
 use super::{Cri, RpcError};
 use crate::api::{
-    RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
-    StatusRequest, StatusResponse,
+    RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus, StatusRequest,
+    StatusResponse,
 };
 use crate::sandbox::cni;
 
@@ -19,12 +19,7 @@ impl Cri {
     pub(super) async fn status(&self, request: StatusRequest) -> Result<StatusResponse, RpcError> {
         let runtime = match self.runtime_readiness.not_ready() {
             None => condition(RUNTIME_READY, true, "", ""),
-            Some(problem) => condition(
-                RUNTIME_READY,
-                false,
-                REASON_RUNTIME_NOT_READY,
-                &problem.detail,
-            ),
+            Some(problem) => condition(RUNTIME_READY, false, REASON_RUNTIME_NOT_READY, &problem.detail),
         };
         let network_probe = self.network.probe(&self.config.cni);
         let network = match &network_probe {
@@ -49,14 +44,10 @@ impl Cri {
 
         let mut info = HashMap::new();
         if request.verbose {
-            let config = serde_json::to_string(&*self.config)
-                .map_err(|e| RpcError::Internal(e.to_string()))?;
+            let config = serde_json::to_string(&*self.config).map_err(|e| RpcError::Internal(e.to_string()))?;
             info.insert("config".to_string(), config);
             let (cni_config, cni_status) = match &network_probe {
-                Ok(net) => (
-                    serde_json::to_string(net).unwrap_or_default(),
-                    "OK".to_string(),
-                ),
+                Ok(net) => (serde_json::to_string(net).unwrap_or_default(), "OK".to_string()),
                 Err(e) => ("{}".to_string(), e.to_string()),
             };
             info.insert("cniconfig".to_string(), cni_config);

@@ -26,8 +26,7 @@ impl Cri {
             validate_cidr(cidr.trim())?;
         }
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.put_setting(POD_CIDR_SETTING, &pod_cidr))
-            .await??;
+        tokio::task::spawn_blocking(move || store.put_setting(POD_CIDR_SETTING, &pod_cidr)).await??;
         Ok(UpdateRuntimeConfigResponse {})
     }
 }
@@ -58,14 +57,7 @@ mod tests {
         for ok in ["10.88.0.0/16", "fd00::/64", "0.0.0.0/0"] {
             assert!(validate_cidr(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "10.88.0.0",
-            "10.88.0.0/33",
-            "fd00::/129",
-            "x/8",
-            "",
-            "10.0.0.0/-1",
-        ] {
+        for bad in ["10.88.0.0", "10.88.0.0/33", "fd00::/129", "x/8", "", "10.0.0.0/-1"] {
             assert!(validate_cidr(bad).is_err(), "{bad}");
         }
     }

@@ -7,10 +7,7 @@ use crate::api::{VersionRequest, VersionResponse};
 const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
 
 impl Cri {
-    pub(super) async fn version(
-        &self,
-        _request: VersionRequest,
-    ) -> Result<VersionResponse, RpcError> {
+    pub(super) async fn version(&self, _request: VersionRequest) -> Result<VersionResponse, RpcError> {
         Ok(VersionResponse {
             version: KUBE_RUNTIME_API_VERSION.to_string(),
             runtime_name: crate::RUNTIME_NAME.to_string(),

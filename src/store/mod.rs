@@ -74,28 +74,16 @@ pub enum Error {
     #[error("{kind} {id:?} not found")]
     NotFound { kind: Kind, id: String },
     #[error("{kind} ID prefix {prefix:?} is ambiguous: it matches {matches} {kind}s; give more characters")]
-    Ambiguous {
-        kind: Kind,
-        prefix: String,
-        matches: usize,
-    },
+    Ambiguous { kind: Kind, prefix: String, matches: usize },
     #[error("{kind} name {name:?} is already reserved by {kind} {holder}")]
-    NameTaken {
-        kind: Kind,
-        name: String,
-        holder: String,
-    },
+    NameTaken { kind: Kind, name: String, holder: String },
     #[error("{kind} {id} already exists")]
     AlreadyExists { kind: Kind, id: String },
-    #[error("store {path} has schema version {found}, newer than this scute supports ({supported}); run a newer scute")]
-    SchemaTooNew {
-        path: PathBuf,
-        found: u64,
-        supported: u64,
-    },
     #[error(
-        "store {path} is in use by another process (is another scute running with the same root?)"
+        "store {path} has schema version {found}, newer than this scute supports ({supported}); run a newer scute"
     )]
+    SchemaTooNew { path: PathBuf, found: u64, supported: u64 },
+    #[error("store {path} is in use by another process (is another scute running with the same root?)")]
     Locked { path: PathBuf },
     #[error("{kind} {id} in the store is unreadable: {source}")]
     Corrupt {
@@ -104,10 +92,7 @@ pub enum Error {
         source: serde_json::Error,
     },
     #[error("daemon setting {key:?} in the store is unreadable: {source}")]
-    BadSetting {
-        key: String,
-        source: serde_json::Error,
-    },
+    BadSetting { key: String, source: serde_json::Error },
     #[error("metadata store: {0}")]
     Db(Box<redb::Error>),
 }
@@ -141,8 +126,7 @@ impl Store {
     /// Opens (creating if needed) the store at `path`, checking its schema version.
     pub fn open(path: &Path) -> Result<Store> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::Db(Box::new(redb::StorageError::Io(e).into())))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::Db(Box::new(redb::StorageError::Io(e).into())))?;
         }
         let db = Database::create(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => Error::Locked {
@@ -193,10 +177,7 @@ impl Store {
     pub fn schema_version(&self) -> Result<u64> {
         let tx = self.db.begin_read()?;
         let meta = tx.open_table(META)?;
-        Ok(meta
-            .get(SCHEMA_KEY)?
-            .map(|v| decode_u64(v.value()))
-            .unwrap_or(0))
+        Ok(meta.get(SCHEMA_KEY)?.map(|v| decode_u64(v.value())).unwrap_or(0))
     }
 
     /// Inserts or replaces a record.
@@ -207,8 +188,7 @@ impl Store {
             source,
         })?;
         let tx = self.db.begin_write()?;
-        tx.open_table(R::KIND.table())?
-            .insert(record.id(), bytes.as_slice())?;
+        tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
         tx.commit()?;
         Ok(())
     }
@@ -239,8 +219,7 @@ impl Store {
                     names.insert(key.as_str(), record.id())?;
                 }
             }
-            tx.open_table(R::KIND.table())?
-                .insert(record.id(), bytes.as_slice())?;
+            tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
         }
         tx.commit()?;
         Ok(())
@@ -290,9 +269,7 @@ impl Store {
     pub fn name_holder(&self, kind: Kind, name: &str) -> Result<Option<String>> {
         let tx = self.db.begin_read()?;
         let names = tx.open_table(NAMES)?;
-        Ok(names
-            .get(kind.name_key(name).as_str())?
-            .map(|v| v.value().to_string()))
+        Ok(names.get(kind.name_key(name).as_str())?.map(|v| v.value().to_string()))
     }
 
     /// Resolves a full ID or a unique ID prefix (crictl passes truncated IDs) to a full ID.
@@ -416,16 +393,11 @@ mod tests {
         let path = dir.path().join("sub/meta.redb");
         {
             let store = Store::open(&path).unwrap();
-            store
-                .create("default_web_uid_0", &pod("abc123", "web"))
-                .unwrap();
+            store.create("default_web_uid_0", &pod("abc123", "web")).unwrap();
             store.put_setting("pod_cidr", &"10.88.0.0/16").unwrap();
         }
         let store = Store::open(&path).unwrap();
-        assert_eq!(
-            store.get::<Pod>("abc123").unwrap(),
-            Some(pod("abc123", "web"))
-        );
+        assert_eq!(store.get::<Pod>("abc123").unwrap(), Some(pod("abc123", "web")));
         assert_eq!(store.list::<Pod>().unwrap().len(), 1);
         assert_eq!(
             store.get_setting::<String>("pod_cidr").unwrap().as_deref(),
@@ -467,9 +439,7 @@ mod tests {
         store.create("ns_web_uid_0", &pod("aaa", "web")).unwrap();
         // The same record retried keeps its reservation.
         store.create("ns_web_uid_0", &pod("aaa", "web")).unwrap();
-        let err = store
-            .create("ns_web_uid_0", &pod("bbb", "web"))
-            .unwrap_err();
+        let err = store.create("ns_web_uid_0", &pod("bbb", "web")).unwrap_err();
         assert!(
             matches!(&err, Error::NameTaken { holder, .. } if holder == "aaa"),
             "{err}"
@@ -481,10 +451,7 @@ mod tests {
         // Deleting releases the name for a new record.
         assert!(store.delete::<Pod>("aaa", Some("ns_web_uid_0")).unwrap());
         assert!(!store.delete::<Pod>("aaa", Some("ns_web_uid_0")).unwrap());
-        assert_eq!(
-            store.name_holder(Kind::Sandbox, "ns_web_uid_0").unwrap(),
-            None
-        );
+        assert_eq!(store.name_holder(Kind::Sandbox, "ns_web_uid_0").unwrap(), None);
         store.create("ns_web_uid_0", &pod("bbb", "web")).unwrap();
     }
 
@@ -493,10 +460,7 @@ mod tests {
         let (_dir, store) = temp_store();
         store.create("n", &pod("aaa", "x")).unwrap();
         store.delete::<Pod>("zzz", Some("n")).unwrap();
-        assert_eq!(
-            store.name_holder(Kind::Sandbox, "n").unwrap().as_deref(),
-            Some("aaa")
-        );
+        assert_eq!(store.name_holder(Kind::Sandbox, "n").unwrap().as_deref(), Some("aaa"));
     }
 
     #[test]
@@ -536,10 +500,7 @@ mod tests {
             .insert("bad", b"{not json".as_slice())
             .unwrap();
         tx.commit().unwrap();
-        assert!(matches!(
-            store.get::<Pod>("bad"),
-            Err(Error::Corrupt { .. })
-        ));
+        assert!(matches!(store.get::<Pod>("bad"), Err(Error::Corrupt { .. })));
         assert!(matches!(store.list::<Pod>(), Err(Error::Corrupt { .. })));
     }
 }

@@ -124,11 +124,7 @@ impl Daemon {
                 panic!("scute exited during start ({status}):\n{}", self.log());
             }
             if Instant::now() > deadline {
-                panic!(
-                    "scute did not open {} in time:\n{}",
-                    self.socket.display(),
-                    self.log()
-                );
+                panic!("scute did not open {} in time:\n{}", self.socket.display(), self.log());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -151,11 +147,7 @@ impl Daemon {
     pub fn restart(&mut self) {
         if self.child.is_some() {
             let status = self.stop();
-            assert!(
-                status.success(),
-                "scute exited {status} on SIGTERM:\n{}",
-                self.log()
-            );
+            assert!(status.success(), "scute exited {status} on SIGTERM:\n{}", self.log());
         }
         self.spawn();
     }
@@ -206,14 +198,22 @@ pub struct Registry {
 
 impl Registry {
     pub fn start() -> Registry {
-        let dir = tempfile::Builder::new()
-            .prefix("scute-registry-")
-            .tempdir()
-            .unwrap();
+        Self::start_with(&[])
+    }
+
+    /// A registry that wants HTTP basic auth for `user:password`.
+    pub fn start_with_htpasswd(user_password: &str) -> Registry {
+        Self::start_with(&["--htpasswd", user_password])
+    }
+
+    fn start_with(extra: &[&str]) -> Registry {
+        let dir = tempfile::Builder::new().prefix("scute-registry-").tempdir().unwrap();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let out = Command::new(repo_root().join("hack/registry.sh"))
-            .args(["start", "--addr", &addr, "--dir"])
+            .args(["start", "--addr", &addr])
+            .args(extra)
+            .arg("--dir")
             .arg(dir.path())
             .output()
             .expect("run hack/registry.sh");
@@ -246,6 +246,54 @@ impl Drop for Registry {
             .args(["stop", "--dir"])
             .arg(self.dir.path())
             .output();
+    }
+}
+
+/// The image kit binary (images/kit), built on first use.
+pub fn imagekit() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "-p", "scute-imagekit"])
+                .current_dir(repo_root())
+                .status()
+                .expect("run cargo build -p scute-imagekit");
+            assert!(status.success(), "building scute-imagekit failed");
+            repo_root().join("target/debug/scute-imagekit")
+        })
+        .clone()
+}
+
+/// Runs the image kit, panicking with its output on failure; returns stdout.
+pub fn kit(args: &[&str]) -> String {
+    let out = Command::new(imagekit())
+        .args(args)
+        .output()
+        .expect("run scute-imagekit");
+    assert!(
+        out.status.success(),
+        "scute-imagekit {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Daemon {
+    /// Sends registry.k8s.io, docker.io and gcr.io to `registry` through hosts.toml mirrors, as an
+    /// offline node would (read per pull: no restart needed).
+    pub fn mirror_public_registries_to(&self, registry: &str) {
+        for host in ["registry.k8s.io", "docker.io", "gcr.io"] {
+            let dir = self.dir().join("certs.d").join(host);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("hosts.toml"),
+                format!("server = \"https://{host}\"\n\n[host.\"http://{registry}\"]\ncapabilities = [\"pull\", \"resolve\"]\n"),
+            )
+            .unwrap();
+        }
     }
 }
 

@@ -1,24 +1,19 @@
-//! Image config, manifest and OCI image layout.
+//! Image config and manifest, built from one rootfs directory per layer.
 //!
 //! The JSON documents are plain serde structs whose maps are BTreeMaps, so the
 //! bytes (and therefore the image ID and manifest digest) depend only on the
 //! input, never on hash-map order.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::layer::{self, LayerInfo};
-
-pub const MEDIA_TYPE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const MEDIA_TYPE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
-pub const MEDIA_TYPE_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+use crate::layer::{self, Whiteouts};
+use crate::layout::{self, Descriptor, Manifest};
+use crate::media::{Compression, Format};
+use crate::platform::Platform;
 
 /// `created` of the config and its history: fixed, for reproducible IDs.
 const FIXED_CREATED: &str = "1970-01-01T00:00:00Z";
@@ -44,6 +39,8 @@ pub struct ImageConfig {
     pub created: String,
     pub architecture: String,
     pub os: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub config: RunConfig,
     pub rootfs: RootFs,
     pub history: Vec<History>,
@@ -88,29 +85,26 @@ pub struct History {
     pub created_by: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Descriptor {
-    pub media_type: String,
-    pub digest: String,
-    pub size: u64,
+/// What to build: the layers, in order, and how to write them.
+#[derive(Debug, Clone, Default)]
+pub struct BuildSpec {
+    /// One directory per layer, lowest first.
+    pub rootfs: Vec<PathBuf>,
+    /// Whiteouts added to the last layer, deleting files of the lower ones.
+    pub whiteouts: Whiteouts,
+    pub compression: Compression,
+    pub format: Format,
+    pub platform: Platform,
+    pub options: ImageOptions,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Manifest {
-    pub schema_version: u32,
-    pub media_type: String,
-    pub config: Descriptor,
-    pub layers: Vec<Descriptor>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Index {
-    pub schema_version: u32,
-    pub media_type: String,
-    pub manifests: Vec<Descriptor>,
+/// One written layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltLayer {
+    /// The manifest's descriptor of the (compressed) blob.
+    pub desc: Descriptor,
+    /// sha256 of the uncompressed tar (config rootfs.diff_ids).
+    pub diff_id: String,
 }
 
 /// The digests of a built image.
@@ -119,7 +113,7 @@ pub struct BuiltImage {
     pub manifest: Descriptor,
     /// Digest of the config blob: the image ID.
     pub config: Descriptor,
-    pub layer: LayerInfo,
+    pub layers: Vec<BuiltLayer>,
 }
 
 impl ImageOptions {
@@ -170,235 +164,82 @@ pub fn normalize_port(spec: &str) -> Result<String> {
     Ok(format!("{port}/{proto}"))
 }
 
-pub fn image_config(options: &ImageOptions, layer: &LayerInfo) -> Result<ImageConfig> {
+pub fn image_config(spec: &BuildSpec, layers: &[BuiltLayer]) -> Result<ImageConfig> {
     Ok(ImageConfig {
         created: FIXED_CREATED.to_string(),
-        architecture: "amd64".to_string(),
-        os: "linux".to_string(),
-        config: options.run_config()?,
+        architecture: spec.platform.architecture.clone(),
+        os: spec.platform.os.clone(),
+        variant: spec.platform.variant.clone(),
+        config: spec.options.run_config()?,
         rootfs: RootFs {
             kind: "layers".to_string(),
-            diff_ids: vec![layer.diff_id.clone()],
+            diff_ids: layers.iter().map(|l| l.diff_id.clone()).collect(),
         },
-        history: vec![History {
-            created: FIXED_CREATED.to_string(),
-            created_by: "scute-imagekit build".to_string(),
-        }],
+        // One entry per layer, all alike: a numbered created_by would change
+        // the IDs that single-layer images had before multi-layer builds.
+        history: layers
+            .iter()
+            .map(|_| History {
+                created: FIXED_CREATED.to_string(),
+                created_by: "scute-imagekit build".to_string(),
+            })
+            .collect(),
     })
 }
 
-pub fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-/// Path of a blob inside a layout.
-pub fn blob_path(layout: &Path, digest: &str) -> Result<PathBuf> {
-    let hex = digest
-        .strip_prefix("sha256:")
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| anyhow!("unsupported digest {digest:?}: want sha256:<64 hex>"))?;
-    Ok(layout.join("blobs/sha256").join(hex))
-}
-
-fn write_blob(layout: &Path, media_type: &str, bytes: &[u8]) -> Result<Descriptor> {
-    let digest = sha256_digest(bytes);
-    let path = blob_path(layout, &digest)?;
-    fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
-    Ok(Descriptor {
-        media_type: media_type.to_string(),
-        digest,
-        size: bytes.len() as u64,
+/// Builds an image into the OCI image layout directory `out` (replacing a
+/// layout that is there).
+pub fn build(spec: &BuildSpec, out: &Path) -> Result<BuiltImage> {
+    if spec.rootfs.is_empty() {
+        bail!("at least one --rootfs is needed");
+    }
+    spec.options.validate()?;
+    let layer_media_type = spec.format.layer(spec.compression)?;
+    layout::write_atomically(out, |staging| {
+        let layers = write_layers(spec, layer_media_type, staging)?;
+        write_image(spec, layers, staging)
     })
 }
 
-/// Builds an image from `rootfs` into the OCI image layout directory `out`.
-///
-/// The layout is assembled next to `out` and then moved into place, so `out`
-/// never holds a half-written image or blobs of an older build. An existing
-/// `out` is replaced only if it is empty or an OCI layout.
-pub fn build(rootfs: &Path, out: &Path, options: &ImageOptions) -> Result<BuiltImage> {
-    options.validate()?;
-    let staging = staging_dir(out)?;
-    let result = write_layout(rootfs, &staging, options);
-    let built = match result {
-        Ok(built) => built,
-        Err(err) => {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(err);
-        }
-    };
-    if let Err(err) = replace_dir(&staging, out) {
-        let _ = fs::remove_dir_all(&staging);
-        return Err(err);
+fn write_layers(spec: &BuildSpec, media_type: &str, layout: &Path) -> Result<Vec<BuiltLayer>> {
+    let no_whiteouts = Whiteouts::default();
+    let last = spec.rootfs.len() - 1;
+    let mut layers = Vec::with_capacity(spec.rootfs.len());
+    for (i, rootfs) in spec.rootfs.iter().enumerate() {
+        let whiteouts = if i == last { &spec.whiteouts } else { &no_whiteouts };
+        let (desc, diff_id) = layout::write_streamed_blob(layout, media_type, |out| {
+            layer::write_layer(rootfs, whiteouts, spec.compression, out)
+        })
+        .with_context(|| format!("layer {} from {}", i + 1, rootfs.display()))?;
+        layers.push(BuiltLayer { desc, diff_id });
     }
-    Ok(built)
+    Ok(layers)
 }
 
-fn staging_dir(out: &Path) -> Result<PathBuf> {
-    let name = out
-        .file_name()
-        .ok_or_else(|| anyhow!("--out {}: needs a final path component", out.display()))?;
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let mut staging_name = std::ffi::OsString::from(".");
-    staging_name.push(name);
-    staging_name.push(format!(".tmp-{}", std::process::id()));
-    let staging = parent.join(staging_name);
-    if staging.exists() {
-        fs::remove_dir_all(&staging)
-            .with_context(|| format!("removing stale {}", staging.display()))?;
-    }
-    fs::create_dir_all(staging.join("blobs/sha256"))
-        .with_context(|| format!("creating {}", staging.display()))?;
-    Ok(staging)
-}
-
-fn replace_dir(staging: &Path, out: &Path) -> Result<()> {
-    match fs::symlink_metadata(out) {
-        Ok(meta) => {
-            let is_layout = meta.is_dir() && out.join("oci-layout").is_file();
-            let is_empty = meta.is_dir()
-                && fs::read_dir(out)
-                    .with_context(|| format!("listing {}", out.display()))?
-                    .next()
-                    .is_none();
-            if !is_layout && !is_empty {
-                bail!(
-                    "refusing to replace {}: it exists and is neither empty nor an OCI image layout",
-                    out.display()
-                );
-            }
-            fs::remove_dir_all(out).with_context(|| format!("removing old {}", out.display()))?;
-        }
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => return Err(err).with_context(|| format!("stat {}", out.display())),
-    }
-    fs::rename(staging, out)
-        .with_context(|| format!("moving {} to {}", staging.display(), out.display()))
-}
-
-fn write_layout(rootfs: &Path, layout: &Path, options: &ImageOptions) -> Result<BuiltImage> {
-    // The layer's digest is known only once it is written: write to a temp
-    // name in the blob dir, then rename.
-    let blobs = layout.join("blobs/sha256");
-    let tmp_layer = blobs.join("layer.tmp");
-    let file =
-        File::create(&tmp_layer).with_context(|| format!("creating {}", tmp_layer.display()))?;
-    let mut writer = BufWriter::new(file);
-    let layer = layer::write_layer(rootfs, &mut writer)?;
-    let file = writer
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .context("writing layer")?;
-    file.sync_all().context("syncing layer")?;
-    let layer_path = blob_path(layout, &layer.digest)?;
-    fs::rename(&tmp_layer, &layer_path)
-        .with_context(|| format!("renaming layer to {}", layer_path.display()))?;
-
-    let config = image_config(options, &layer)?;
-    let config_bytes = serde_json::to_vec(&config).context("encoding image config")?;
-    let config_desc = write_blob(layout, MEDIA_TYPE_CONFIG, &config_bytes)?;
-
+fn write_image(spec: &BuildSpec, layers: Vec<BuiltLayer>, layout: &Path) -> Result<BuiltImage> {
+    let config = image_config(spec, &layers)?;
+    let config_desc = layout::write_json_blob(layout, spec.format.config(), &config)?;
     let manifest = Manifest {
         schema_version: 2,
-        media_type: MEDIA_TYPE_MANIFEST.to_string(),
+        media_type: spec.format.manifest().to_string(),
         config: config_desc.clone(),
-        layers: vec![Descriptor {
-            media_type: MEDIA_TYPE_LAYER_GZIP.to_string(),
-            digest: layer.digest.clone(),
-            size: layer.size,
-        }],
+        layers: layers.iter().map(|l| l.desc.clone()).collect(),
     };
-    let manifest_bytes = serde_json::to_vec(&manifest).context("encoding manifest")?;
-    let manifest_desc = write_blob(layout, MEDIA_TYPE_MANIFEST, &manifest_bytes)?;
-
-    let index = Index {
-        schema_version: 2,
-        media_type: MEDIA_TYPE_INDEX.to_string(),
-        manifests: vec![manifest_desc.clone()],
-    };
-    write_json(&layout.join("index.json"), &index)?;
-    write_json(
-        &layout.join("oci-layout"),
-        &serde_json::json!({ "imageLayoutVersion": "1.0.0" }),
-    )?;
-
+    let manifest_desc = layout::write_json_blob(layout, spec.format.manifest(), &manifest)?;
+    layout::write_layout_files(layout, &manifest_desc)?;
     Ok(BuiltImage {
         manifest: manifest_desc,
         config: config_desc,
-        layer,
+        layers,
     })
-}
-
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut bytes = serde_json::to_vec(value).context("encoding JSON")?;
-    bytes.push(b'\n');
-    let mut file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(&bytes)
-        .with_context(|| format!("writing {}", path.display()))
-}
-
-/// The single image of a layout written by [`build`], as stored.
-pub struct LayoutImage {
-    pub manifest_bytes: Vec<u8>,
-    pub manifest: Manifest,
-}
-
-/// Reads and checks the one manifest of an OCI image layout.
-pub fn read_layout(layout: &Path) -> Result<LayoutImage> {
-    let index_path = layout.join("index.json");
-    let index_bytes =
-        fs::read(&index_path).with_context(|| format!("reading {}", index_path.display()))?;
-    let index: Index = serde_json::from_slice(&index_bytes)
-        .with_context(|| format!("parsing {}", index_path.display()))?;
-    let [entry] = index.manifests.as_slice() else {
-        bail!(
-            "{}: want exactly one manifest, found {}",
-            index_path.display(),
-            index.manifests.len()
-        );
-    };
-    if entry.media_type != MEDIA_TYPE_MANIFEST {
-        bail!(
-            "{}: unsupported manifest media type {:?}",
-            index_path.display(),
-            entry.media_type
-        );
-    }
-    let manifest_bytes = read_blob(layout, entry)?;
-    let manifest: Manifest = serde_json::from_slice(&manifest_bytes)
-        .with_context(|| format!("parsing manifest {}", entry.digest))?;
-    Ok(LayoutImage {
-        manifest_bytes,
-        manifest,
-    })
-}
-
-/// Reads a blob and checks its size and digest against the descriptor.
-pub fn read_blob(layout: &Path, desc: &Descriptor) -> Result<Vec<u8>> {
-    let path = blob_path(layout, &desc.digest)?;
-    let bytes = fs::read(&path).with_context(|| format!("reading blob {}", path.display()))?;
-    if bytes.len() as u64 != desc.size {
-        bail!(
-            "blob {}: size {} but descriptor says {}",
-            desc.digest,
-            bytes.len(),
-            desc.size
-        );
-    }
-    let actual = sha256_digest(&bytes);
-    if actual != desc.digest {
-        bail!("blob {}: content hashes to {actual}", desc.digest);
-    }
-    Ok(bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::{read_blob, read_layout, Layout, StoredImage};
+    use crate::media;
+    use std::fs;
 
     fn rootfs() -> tempfile::TempDir {
         let root = tempfile::tempdir().unwrap();
@@ -420,22 +261,38 @@ mod tests {
         }
     }
 
+    fn spec(rootfs: &Path, options: ImageOptions) -> BuildSpec {
+        BuildSpec {
+            rootfs: vec![rootfs.to_path_buf()],
+            options,
+            ..Default::default()
+        }
+    }
+
+    fn stored_image(layout: &Path) -> StoredImage {
+        match read_layout(layout).unwrap() {
+            Layout::Image(image) => image,
+            Layout::Index(_) => panic!("{} holds an index", layout.display()),
+        }
+    }
+
+    fn config_json(layout: &Path, built: &BuiltImage) -> serde_json::Value {
+        serde_json::from_slice(&read_blob(layout, &built.config).unwrap()).unwrap()
+    }
+
     #[test]
     fn config_has_the_requested_fields() {
         let root = rootfs();
         let out = tempfile::tempdir().unwrap();
         let layout = out.path().join("img");
-        let built = build(root.path(), &layout, &options()).unwrap();
+        let built = build(&spec(root.path(), options()), &layout).unwrap();
 
-        let bytes = read_blob(&layout, &built.config).unwrap();
-        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let json = config_json(&layout, &built);
         assert_eq!(json["architecture"], "amd64");
         assert_eq!(json["os"], "linux");
+        assert!(json.get("variant").is_none());
         assert_eq!(json["rootfs"]["type"], "layers");
-        assert_eq!(
-            json["rootfs"]["diff_ids"],
-            serde_json::json!([built.layer.diff_id])
-        );
+        assert_eq!(json["rootfs"]["diff_ids"], serde_json::json!([built.layers[0].diff_id]));
         assert_eq!(json["history"].as_array().unwrap().len(), 1);
         let c = &json["config"];
         assert_eq!(c["Entrypoint"], serde_json::json!(["/bin/sh", "-c"]));
@@ -445,23 +302,15 @@ mod tests {
         assert_eq!(c["WorkingDir"], "/tmp");
         assert_eq!(c["StopSignal"], "SIGQUIT");
         assert_eq!(c["Labels"], serde_json::json!({"a": "1", "b": "2"}));
-        assert_eq!(
-            c["ExposedPorts"],
-            serde_json::json!({"53/udp": {}, "80/tcp": {}})
-        );
+        assert_eq!(c["ExposedPorts"], serde_json::json!({"53/udp": {}, "80/tcp": {}}));
 
         // What other OCI tooling parses must accept it too.
+        let bytes = read_blob(&layout, &built.config).unwrap();
         let parsed: oci_spec::image::ImageConfiguration = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(
-            parsed.rootfs().diff_ids(),
-            &vec![built.layer.diff_id.clone()]
-        );
+        assert_eq!(parsed.rootfs().diff_ids(), &vec![built.layers[0].diff_id.clone()]);
         let manifest: oci_spec::image::ImageManifest =
             serde_json::from_slice(&read_blob(&layout, &built.manifest).unwrap()).unwrap();
-        assert_eq!(
-            manifest.layers()[0].digest().to_string(),
-            built.layer.digest
-        );
+        assert_eq!(manifest.layers()[0].digest().to_string(), built.layers[0].desc.digest);
         assert_eq!(manifest.config().digest().to_string(), built.config.digest);
     }
 
@@ -469,21 +318,86 @@ mod tests {
     fn layout_is_reproducible_and_labels_change_the_id() {
         let root = rootfs();
         let out = tempfile::tempdir().unwrap();
-        let a = build(root.path(), &out.path().join("a"), &options()).unwrap();
-        let b = build(root.path(), &out.path().join("b"), &options()).unwrap();
+        let a = build(&spec(root.path(), options()), &out.path().join("a")).unwrap();
+        let b = build(&spec(root.path(), options()), &out.path().join("b")).unwrap();
         assert_eq!(a.manifest, b.manifest);
 
         let mut labelled = options();
-        labelled
-            .labels
-            .insert("scute.test/name".into(), "other".into());
-        let c = build(root.path(), &out.path().join("c"), &labelled).unwrap();
-        assert_eq!(a.layer, c.layer);
+        labelled.labels.insert("scute.test/name".into(), "other".into());
+        let c = build(&spec(root.path(), labelled), &out.path().join("c")).unwrap();
+        assert_eq!(a.layers, c.layers);
         assert_ne!(a.config.digest, c.config.digest);
 
-        let image = read_layout(&out.path().join("c")).unwrap();
-        assert_eq!(sha256_digest(&image.manifest_bytes), c.manifest.digest);
+        let image = stored_image(&out.path().join("c"));
+        assert_eq!(image.desc, c.manifest);
         assert!(out.path().join("c/oci-layout").is_file());
+    }
+
+    #[test]
+    fn layers_come_in_rootfs_order_with_whiteouts_on_top() {
+        let (one, two, three) = (rootfs(), rootfs(), tempfile::tempdir().unwrap());
+        fs::write(two.path().join("bin/two"), b"2").unwrap();
+        fs::create_dir(three.path().join("bin")).unwrap();
+        let mut spec = spec(one.path(), ImageOptions::default());
+        spec.rootfs.push(two.path().to_path_buf());
+        spec.rootfs.push(three.path().to_path_buf());
+        spec.whiteouts.remove("/bin/true").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let layout = out.path().join("img");
+        let built = build(&spec, &layout).unwrap();
+
+        assert_eq!(built.layers.len(), 3);
+        let image = stored_image(&layout);
+        let layer_digests: Vec<_> = image.manifest.layers.iter().map(|l| &l.digest).collect();
+        let built_digests: Vec<_> = built.layers.iter().map(|l| &l.desc.digest).collect();
+        assert_eq!(layer_digests, built_digests);
+        let json = config_json(&layout, &built);
+        assert_eq!(json["rootfs"]["diff_ids"].as_array().unwrap().len(), 3);
+        assert_eq!(json["history"].as_array().unwrap().len(), 3);
+
+        let top = read_blob(&layout, &built.layers[2].desc).unwrap();
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&top[..]));
+        let paths: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(paths, ["bin/", "bin/.wh.true"]);
+    }
+
+    #[test]
+    fn media_types_platform_and_compression_are_honoured() {
+        let root = rootfs();
+        let out = tempfile::tempdir().unwrap();
+        let layout = out.path().join("img");
+        let mut docker = spec(root.path(), ImageOptions::default());
+        docker.format = Format::Docker;
+        docker.compression = Compression::None;
+        docker.platform = "linux/arm/v7".parse().unwrap();
+        let built = build(&docker, &layout).unwrap();
+
+        let image = stored_image(&layout);
+        assert_eq!(image.desc.media_type, media::DOCKER_MANIFEST);
+        assert_eq!(image.manifest.media_type, media::DOCKER_MANIFEST);
+        assert_eq!(image.manifest.config.media_type, media::DOCKER_CONFIG);
+        assert_eq!(image.manifest.layers[0].media_type, media::DOCKER_LAYER_TAR);
+        // Uncompressed: the blob is the tar itself.
+        assert_eq!(built.layers[0].desc.digest, built.layers[0].diff_id);
+        let json = config_json(&layout, &built);
+        assert_eq!(
+            (&json["os"], &json["architecture"], &json["variant"]),
+            (&"linux".into(), &"arm".into(), &"v7".into())
+        );
+
+        let mut zstd = spec(root.path(), ImageOptions::default());
+        zstd.compression = Compression::Zstd;
+        build(&zstd, &layout).unwrap();
+        let image = stored_image(&layout);
+        assert_eq!(image.manifest.media_type, media::OCI_MANIFEST);
+        assert_eq!(image.manifest.layers[0].media_type, media::OCI_LAYER_ZSTD);
+
+        zstd.format = Format::Docker;
+        assert!(build(&zstd, &layout).is_err());
     }
 
     #[test]
@@ -491,20 +405,22 @@ mod tests {
         let root = rootfs();
         let out = tempfile::tempdir().unwrap();
         let layout = out.path().join("img");
-        build(root.path(), &layout, &ImageOptions::default()).unwrap();
-        let built = build(root.path(), &layout, &options()).unwrap();
+        build(&spec(root.path(), ImageOptions::default()), &layout).unwrap();
+        let built = build(&spec(root.path(), options()), &layout).unwrap();
         // Only the new image's three blobs remain.
-        assert_eq!(
-            fs::read_dir(layout.join("blobs/sha256")).unwrap().count(),
-            3
-        );
-        assert_eq!(read_layout(&layout).unwrap().manifest.config, built.config);
+        assert_eq!(fs::read_dir(layout.join("blobs/sha256")).unwrap().count(), 3);
+        assert_eq!(stored_image(&layout).manifest.config, built.config);
 
         let precious = out.path().join("precious");
         fs::create_dir(&precious).unwrap();
         fs::write(precious.join("keep"), b"").unwrap();
-        assert!(build(root.path(), &precious, &options()).is_err());
+        assert!(build(&spec(root.path(), options()), &precious).is_err());
         assert!(precious.join("keep").exists());
+        // A failed build (missing whiteout dir) leaves the old layout alone.
+        let mut failing = spec(root.path(), options());
+        failing.whiteouts.remove("/no/such").unwrap();
+        assert!(build(&failing, &layout).is_err());
+        assert_eq!(stored_image(&layout).manifest.config, built.config);
         // No staging dir is left behind.
         let leftovers: Vec<_> = fs::read_dir(out.path())
             .unwrap()
@@ -530,6 +446,8 @@ mod tests {
             ..Default::default()
         };
         assert!(no_eq.validate().is_err());
+        let out = tempfile::tempdir().unwrap();
+        assert!(build(&BuildSpec::default(), &out.path().join("x")).is_err());
     }
 
     #[test]
@@ -537,12 +455,12 @@ mod tests {
         let root = rootfs();
         let out = tempfile::tempdir().unwrap();
         let layout = out.path().join("img");
-        let built = build(root.path(), &layout, &options()).unwrap();
-        let path = blob_path(&layout, &built.config.digest).unwrap();
+        let built = build(&spec(root.path(), options()), &layout).unwrap();
+        let path = layout::blob_path(&layout, &built.config.digest).unwrap();
         let mut bytes = fs::read(&path).unwrap();
         bytes[0] ^= 1;
         fs::write(&path, bytes).unwrap();
         assert!(read_blob(&layout, &built.config).is_err());
-        assert!(blob_path(&layout, "sha256:../../etc").is_err());
+        assert!(layout::blob_path(&layout, "sha256:../../etc").is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! Reproducible gzip layer from a root filesystem directory.
+//! Reproducible layer tar, gzip- or zstd-compressed or plain, from a root
+//! filesystem directory, optionally with OCI whiteout entries.
 //!
 //! The same tree always gives the same bytes: entries are written depth-first
 //! with each directory's children sorted by name, every mtime is a fixed
@@ -7,63 +8,124 @@
 //! written once and then as tar hard links to the first path, which keeps
 //! busybox's applets one binary, as in the upstream image.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use flate2::write::GzEncoder;
-use flate2::Compression;
-use sha2::{Digest, Sha256};
+
+use crate::digest::HashingWriter;
+use crate::media::Compression;
 
 /// mtime of every entry. Zero, like most reproducible-build tools.
 pub const FIXED_MTIME: u64 = 0;
 
-/// What a written layer is known by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerInfo {
-    /// `sha256:<hex>` of the compressed blob (manifest layer digest).
-    pub digest: String,
-    /// Size of the compressed blob in bytes.
-    pub size: u64,
-    /// `sha256:<hex>` of the uncompressed tar (config rootfs.diff_ids).
-    pub diff_id: String,
+/// Name prefix that deletes the lower layers' file of the rest of the name.
+const WHITEOUT_PREFIX: &str = ".wh.";
+/// Entry that hides everything the lower layers have in its directory.
+const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
+
+/// Whiteout entries to add to a layer, by directory (relative to the root).
+#[derive(Debug, Clone, Default)]
+pub struct Whiteouts {
+    by_dir: BTreeMap<PathBuf, BTreeSet<OsString>>,
 }
 
-/// Passes writes through while hashing them and counting bytes.
-struct HashingWriter<W> {
-    inner: W,
-    hasher: Sha256,
-    written: u64,
+impl Whiteouts {
+    /// Deletes `path` (as seen in the image, e.g. `/etc/motd`) of lower layers.
+    pub fn remove(&mut self, path: &str) -> Result<()> {
+        let rel = image_path(path)?;
+        let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
+            bail!("--whiteout {path:?}: want the path of a file or directory, not /");
+        };
+        if name.to_string_lossy().starts_with(WHITEOUT_PREFIX) {
+            bail!("--whiteout {path:?}: name the path to delete, without {WHITEOUT_PREFIX}");
+        }
+        let mut entry = OsString::from(WHITEOUT_PREFIX);
+        entry.push(name);
+        self.add(dir.to_path_buf(), entry);
+        Ok(())
+    }
+
+    /// Hides everything lower layers have in directory `dir`.
+    pub fn opaque(&mut self, dir: &str) -> Result<()> {
+        let rel = image_path(dir)?;
+        self.add(rel, OsString::from(OPAQUE_WHITEOUT));
+        Ok(())
+    }
+
+    fn add(&mut self, dir: PathBuf, entry: OsString) {
+        self.by_dir.entry(dir).or_default().insert(entry);
+    }
 }
 
-impl<W: Write> HashingWriter<W> {
-    fn new(inner: W) -> Self {
-        Self {
-            inner,
-            hasher: Sha256::new(),
-            written: 0,
+/// `/a/./b/` -> `a/b`; refuses `..`, which could point outside the image.
+fn image_path(path: &str) -> Result<PathBuf> {
+    let mut rel = PathBuf::new();
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(part) => rel.push(part),
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir | Component::Prefix(_) => {
+                bail!("{path:?}: \"..\" is not allowed in an image path")
+            }
+        }
+    }
+    Ok(rel)
+}
+
+/// The compression stage of the layer writer chain.
+enum Compressor<W: Write> {
+    Gzip(GzEncoder<W>),
+    Zstd(zstd::Encoder<'static, W>),
+    None(W),
+}
+
+impl<W: Write> Compressor<W> {
+    fn new(compression: Compression, out: W) -> Result<Self> {
+        Ok(match compression {
+            // No name and mtime 0 in the header: the bytes depend on content only.
+            Compression::Gzip => Compressor::Gzip(
+                flate2::GzBuilder::new()
+                    .mtime(0)
+                    .write(out, flate2::Compression::default()),
+            ),
+            // Single-threaded at a fixed level, zstd output is deterministic too.
+            Compression::Zstd => Compressor::Zstd(
+                zstd::Encoder::new(out, zstd::DEFAULT_COMPRESSION_LEVEL).context("starting zstd stream")?,
+            ),
+            Compression::None => Compressor::None(out),
+        })
+    }
+
+    fn finish(self) -> Result<W> {
+        match self {
+            Compressor::Gzip(gzip) => gzip.finish().context("finishing gzip stream"),
+            Compressor::Zstd(zstd) => zstd.finish().context("finishing zstd stream"),
+            Compressor::None(out) => Ok(out),
+        }
+    }
+}
+
+impl<W: Write> Write for Compressor<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Compressor::Gzip(w) => w.write(buf),
+            Compressor::Zstd(w) => w.write(buf),
+            Compressor::None(w) => w.write(buf),
         }
     }
 
-    fn finish(self) -> (W, String, u64) {
-        let digest = format!("sha256:{}", hex::encode(self.hasher.finalize()));
-        (self.inner, digest, self.written)
-    }
-}
-
-impl<W: Write> Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.written += n as u64;
-        Ok(n)
-    }
-
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        match self {
+            Compressor::Gzip(w) => w.flush(),
+            Compressor::Zstd(w) => w.flush(),
+            Compressor::None(w) => w.flush(),
+        }
     }
 }
 
@@ -80,9 +142,7 @@ impl<R: Read> Read for ExactReader<R> {
         if self.remaining == 0 {
             return Ok(0);
         }
-        let want = buf
-            .len()
-            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let want = buf.len().min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
         let n = self.inner.read(&mut buf[..want])?;
         if n == 0 {
             return Err(io::Error::new(
@@ -95,82 +155,99 @@ impl<R: Read> Read for ExactReader<R> {
     }
 }
 
-/// Writes the gzip layer for `rootfs` to `out` and returns its digests.
-pub fn write_layer<W: Write>(rootfs: &Path, out: W) -> Result<LayerInfo> {
-    let meta = fs::symlink_metadata(rootfs)
-        .with_context(|| format!("reading rootfs {}", rootfs.display()))?;
+/// Writes the layer for `rootfs` plus `whiteouts` to `out`, compressed as
+/// asked, and returns its diff ID (sha256 of the uncompressed tar). Each
+/// whiteout's directory must be in `rootfs`, so that, as in layers docker
+/// builds, the layer carries that directory's entry.
+pub fn write_layer<W: Write>(rootfs: &Path, whiteouts: &Whiteouts, compression: Compression, out: W) -> Result<String> {
+    let meta = fs::symlink_metadata(rootfs).with_context(|| format!("reading rootfs {}", rootfs.display()))?;
     if !meta.is_dir() {
         bail!("rootfs {} is not a directory", rootfs.display());
     }
 
-    // Writer chain: tar -> hash(diff_id) -> gzip -> hash(digest) -> out.
-    let compressed = HashingWriter::new(out);
-    let gzip = flate2::GzBuilder::new()
-        .mtime(0)
-        .write(compressed, Compression::default());
-    let uncompressed = HashingWriter::new(gzip);
+    // Writer chain: tar -> hash(diff_id) -> compression -> out.
+    let uncompressed = HashingWriter::new(Compressor::new(compression, out)?);
     let mut archive = tar::Builder::new(uncompressed);
     archive.mode(tar::HeaderMode::Complete);
 
     let mut state = WalkState {
         rootfs,
         first_path_of_inode: HashMap::new(),
+        pending_whiteouts: whiteouts.by_dir.clone(),
     };
     append_children(&mut archive, &mut state, Path::new(""))?;
+    if let Some(dir) = state.pending_whiteouts.keys().next() {
+        bail!(
+            "whiteout in /{}: not a directory in {}; create it there so the layer has its entry",
+            dir.display(),
+            rootfs.display()
+        );
+    }
 
     let uncompressed = archive.into_inner().context("finishing tar stream")?;
-    let (gzip, diff_id, _) = uncompressed.finish();
-    let compressed: HashingWriter<W> = finish_gzip(gzip)?;
-    let (mut out, digest, size) = compressed.finish();
+    let (compressor, diff_id, _) = uncompressed.finish();
+    let mut out = compressor.finish()?;
     out.flush().context("flushing layer")?;
-    Ok(LayerInfo {
-        digest,
-        size,
-        diff_id,
-    })
-}
-
-fn finish_gzip<W: Write>(gzip: GzEncoder<W>) -> Result<W> {
-    gzip.finish().context("finishing gzip stream")
+    Ok(diff_id)
 }
 
 struct WalkState<'a> {
     rootfs: &'a Path,
     /// (device, inode) -> archive path of its first entry, for hard links.
     first_path_of_inode: HashMap<(u64, u64), PathBuf>,
+    /// Whiteouts of directories not reached yet; empty once the walk is done.
+    pending_whiteouts: BTreeMap<PathBuf, BTreeSet<OsString>>,
 }
 
-/// Appends the entries under `rel` (relative to the rootfs), sorted by name.
-fn append_children<W: Write>(
-    archive: &mut tar::Builder<W>,
-    state: &mut WalkState<'_>,
-    rel: &Path,
-) -> Result<()> {
+/// Appends the entries under `rel` (relative to the rootfs), whiteouts
+/// included, sorted by name.
+fn append_children<W: Write>(archive: &mut tar::Builder<W>, state: &mut WalkState<'_>, rel: &Path) -> Result<()> {
     let dir = state.rootfs.join(rel);
-    let mut names = Vec::new();
+    // (name, is a whiteout to add rather than a file to archive)
+    let mut names: Vec<(OsString, bool)> = Vec::new();
     for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
-        names.push(entry.file_name());
+        names.push((entry.file_name(), false));
     }
+    let whiteouts = state.pending_whiteouts.remove(rel).unwrap_or_default();
+    names.extend(whiteouts.into_iter().map(|name| (name, true)));
     // OsString orders by bytes on unix: locale-independent.
     names.sort();
+    if let Some(pair) = names.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        bail!(
+            "{} already has {:?}; it cannot be a whiteout too",
+            dir.display(),
+            pair[0].0
+        );
+    }
 
-    for name in names {
+    for (name, is_whiteout) in names {
         let rel_path = rel.join(&name);
-        let is_dir = append_entry(archive, state, &rel_path)?;
-        if is_dir {
+        if is_whiteout {
+            append_whiteout(archive, &rel_path)?;
+        } else if append_entry(archive, state, &rel_path)? {
             append_children(archive, state, &rel_path)?;
         }
     }
     Ok(())
 }
 
+/// An empty regular file, written as containerd writes whiteouts.
+fn append_whiteout<W: Write>(archive: &mut tar::Builder<W>, rel_path: &Path) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(FIXED_MTIME);
+    header.set_size(0);
+    archive
+        .append_data(&mut header, rel_path, io::empty())
+        .with_context(|| format!("archiving whiteout {}", rel_path.display()))
+}
+
 /// Appends one entry; returns whether it was a directory to descend into.
-fn append_entry<W: Write>(
-    archive: &mut tar::Builder<W>,
-    state: &mut WalkState<'_>,
-    rel_path: &Path,
-) -> Result<bool> {
+fn append_entry<W: Write>(archive: &mut tar::Builder<W>, state: &mut WalkState<'_>, rel_path: &Path) -> Result<bool> {
     let full = state.rootfs.join(rel_path);
     let meta = fs::symlink_metadata(&full).with_context(|| format!("stat {}", full.display()))?;
     let file_type = meta.file_type();
@@ -203,9 +280,7 @@ fn append_entry<W: Write>(
                 .with_context(|| format!("archiving hard link {}", full.display()))?;
             return Ok(false);
         }
-        state
-            .first_path_of_inode
-            .insert(key, rel_path.to_path_buf());
+        state.first_path_of_inode.insert(key, rel_path.to_path_buf());
     }
 
     if file_type.is_file() {
@@ -222,8 +297,7 @@ fn append_entry<W: Write>(
             .with_context(|| format!("archiving {}", full.display()))?;
     } else if file_type.is_symlink() {
         header.set_entry_type(tar::EntryType::Symlink);
-        let target =
-            fs::read_link(&full).with_context(|| format!("reading link {}", full.display()))?;
+        let target = fs::read_link(&full).with_context(|| format!("reading link {}", full.display()))?;
         archive
             .append_link(&mut header, rel_path, &target)
             .with_context(|| format!("archiving symlink {}", full.display()))?;
@@ -263,6 +337,7 @@ fn libc_minor(dev: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::sha256_digest;
     use flate2::read::GzDecoder;
     use std::os::unix::fs::{symlink, PermissionsExt};
     use std::time::{Duration, SystemTime};
@@ -284,15 +359,30 @@ mod tests {
         root
     }
 
-    fn layer_bytes(rootfs: &Path) -> (Vec<u8>, LayerInfo) {
-        let mut buf = Vec::new();
-        let info = write_layer(rootfs, &mut buf).unwrap();
-        (buf, info)
+    /// The gzip layer and its diff ID.
+    fn layer_bytes(rootfs: &Path) -> (Vec<u8>, String) {
+        layer_with(rootfs, &Whiteouts::default(), Compression::Gzip)
     }
 
-    /// (path, entry type, link name, mode) of every entry, in archive order.
+    fn layer_with(rootfs: &Path, whiteouts: &Whiteouts, compression: Compression) -> (Vec<u8>, String) {
+        let mut buf = Vec::new();
+        let diff_id = write_layer(rootfs, whiteouts, compression, &mut buf).unwrap();
+        (buf, diff_id)
+    }
+
+    fn gunzip(gz: &[u8]) -> Vec<u8> {
+        let mut tar_bytes = Vec::new();
+        GzDecoder::new(gz).read_to_end(&mut tar_bytes).unwrap();
+        tar_bytes
+    }
+
+    /// (path, entry type, link name, mode, mtime) of every entry, in archive order.
     fn entries(gz: &[u8]) -> Vec<(String, tar::EntryType, Option<String>, u32, u64)> {
-        let mut archive = tar::Archive::new(GzDecoder::new(gz));
+        tar_entries(&gunzip(gz))
+    }
+
+    fn tar_entries(tar_bytes: &[u8]) -> Vec<(String, tar::EntryType, Option<String>, u32, u64)> {
+        let mut archive = tar::Archive::new(tar_bytes);
         archive
             .entries()
             .unwrap()
@@ -302,9 +392,7 @@ mod tests {
                 (
                     e.path().unwrap().to_string_lossy().into_owned(),
                     h.entry_type(),
-                    e.link_name()
-                        .unwrap()
-                        .map(|l| l.to_string_lossy().into_owned()),
+                    e.link_name().unwrap().map(|l| l.to_string_lossy().into_owned()),
                     h.mode().unwrap(),
                     h.mtime().unwrap(),
                 )
@@ -315,7 +403,7 @@ mod tests {
     #[test]
     fn layer_is_deterministic() {
         let rootfs = sample_rootfs();
-        let (first, first_info) = layer_bytes(rootfs.path());
+        let (first, first_diff_id) = layer_bytes(rootfs.path());
 
         // Touching mtimes must not change the layer.
         let later = SystemTime::now() + Duration::from_secs(3600);
@@ -325,20 +413,68 @@ mod tests {
             .unwrap()
             .set_modified(later)
             .unwrap();
-        let (second, second_info) = layer_bytes(rootfs.path());
+        let (second, second_diff_id) = layer_bytes(rootfs.path());
 
         assert_eq!(first, second);
-        assert_eq!(first_info, second_info);
-        assert_eq!(first_info.size, first.len() as u64);
-        let expected = format!("sha256:{}", hex::encode(Sha256::digest(&first)));
-        assert_eq!(first_info.digest, expected);
+        assert_eq!(first_diff_id, second_diff_id);
+        assert_eq!(first_diff_id, sha256_digest(&gunzip(&first)));
+    }
 
-        let mut tar_bytes = Vec::new();
-        GzDecoder::new(&first[..])
-            .read_to_end(&mut tar_bytes)
-            .unwrap();
-        let expected = format!("sha256:{}", hex::encode(Sha256::digest(&tar_bytes)));
-        assert_eq!(first_info.diff_id, expected);
+    #[test]
+    fn compressions_carry_the_same_tar() {
+        let rootfs = sample_rootfs();
+        let none = Whiteouts::default();
+        let (gz, gz_id) = layer_with(rootfs.path(), &none, Compression::Gzip);
+        let (zst, zst_id) = layer_with(rootfs.path(), &none, Compression::Zstd);
+        let (tar, tar_id) = layer_with(rootfs.path(), &none, Compression::None);
+        assert_eq!(gz_id, zst_id);
+        assert_eq!(gz_id, tar_id);
+        assert_eq!(tar_id, sha256_digest(&tar));
+        assert_eq!(zstd::decode_all(&zst[..]).unwrap(), tar);
+        assert_eq!(gunzip(&gz), tar);
+        assert_eq!(&zst[..4], b"\x28\xb5\x2f\xfd", "zstd frame magic");
+        // zstd is reproducible too.
+        assert_eq!(layer_with(rootfs.path(), &none, Compression::Zstd).0, zst);
+    }
+
+    #[test]
+    fn whiteouts_sit_in_their_directories() {
+        let rootfs = sample_rootfs();
+        let mut whiteouts = Whiteouts::default();
+        whiteouts.remove("/etc/shadow").unwrap();
+        whiteouts.remove("gone").unwrap();
+        whiteouts.opaque("/tmp/").unwrap();
+        let (tar, _) = layer_with(rootfs.path(), &whiteouts, Compression::None);
+        let entries = tar_entries(&tar);
+        let paths: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+        // Sorted among the real entries; ".wh." sorts before letters.
+        assert_eq!(paths[0], ".wh.gone");
+        let etc = paths.iter().position(|p| *p == "etc/").unwrap();
+        assert_eq!(paths[etc + 1], "etc/.wh.shadow");
+        assert_eq!(paths[etc + 2], "etc/passwd");
+        assert_eq!(*paths.last().unwrap(), "tmp/.wh..wh..opq");
+        let whiteout = entries.iter().find(|e| e.0 == "etc/.wh.shadow").unwrap();
+        assert_eq!(whiteout.1, tar::EntryType::Regular);
+        assert_eq!(whiteout.4, FIXED_MTIME);
+    }
+
+    #[test]
+    fn bad_whiteouts_are_rejected() {
+        let mut whiteouts = Whiteouts::default();
+        assert!(whiteouts.remove("/").is_err());
+        assert!(whiteouts.remove("/etc/../x").is_err());
+        assert!(whiteouts.remove("/etc/.wh.x").is_err());
+        assert!(whiteouts.by_dir.is_empty());
+
+        // The directory must be in the rootfs, and not clash with a real file.
+        let rootfs = sample_rootfs();
+        whiteouts.remove("/usr/lib/x").unwrap();
+        let err = write_layer(rootfs.path(), &whiteouts, Compression::None, Vec::new());
+        assert!(err.unwrap_err().to_string().contains("/usr/lib"));
+        fs::write(rootfs.path().join("etc/.wh.motd"), b"").unwrap();
+        let mut clash = Whiteouts::default();
+        clash.remove("/etc/motd").unwrap();
+        assert!(write_layer(rootfs.path(), &clash, Compression::None, Vec::new()).is_err());
     }
 
     #[test]
@@ -410,7 +546,9 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let file = root.path().join("f");
         fs::write(&file, b"").unwrap();
-        assert!(write_layer(&file, Vec::new()).is_err());
-        assert!(write_layer(&root.path().join("missing"), Vec::new()).is_err());
+        let none = Whiteouts::default();
+        assert!(write_layer(&file, &none, Compression::Gzip, Vec::new()).is_err());
+        let missing = root.path().join("missing");
+        assert!(write_layer(&missing, &none, Compression::Gzip, Vec::new()).is_err());
     }
 }

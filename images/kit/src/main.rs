@@ -1,17 +1,30 @@
-//! scute-imagekit: builds single-layer OCI images from a root filesystem
-//! directory and pushes them to a registry. Used to fill the local test
-//! registry (images/build.sh); not part of the runtime.
+//! scute-imagekit: builds OCI (or Docker schema 2) images and multi-platform
+//! indexes from root filesystem directories and pushes them to a registry.
+//! Fills the local test registry (images/build.sh) and makes the images of
+//! the image-pull tests and benchmarks; not part of the runtime.
 
+mod digest;
+mod genrootfs;
 mod image;
+mod index;
 mod layer;
+mod layout;
+mod media;
+mod platform;
 mod push;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
+use oci_client::secrets::RegistryAuth;
+
+use crate::index::IndexEntry;
+use crate::layer::Whiteouts;
+use crate::media::{Compression, Format};
+use crate::platform::Platform;
 
 #[derive(Parser)]
 #[command(name = "scute-imagekit", version, about)]
@@ -20,22 +33,45 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Write an OCI image layout with one reproducible layer made from a rootfs.
+    /// Write an OCI image layout holding one image: one reproducible layer per --rootfs.
     Build(BuildArgs),
-    /// Push the image of an OCI image layout to a registry.
+    /// Write an OCI image layout holding an image index over images of other layouts.
+    Index(IndexArgs),
+    /// Write a directory of pseudo-random (incompressible) files, to use as a --rootfs.
+    GenRootfs(GenRootfsArgs),
+    /// Push the image or index of an OCI image layout to a registry.
     Push(PushArgs),
 }
 
 #[derive(clap::Args)]
 struct BuildArgs {
-    /// Directory whose contents become the image's root filesystem.
-    #[arg(long)]
-    rootfs: PathBuf,
+    /// Directory whose contents become one layer (repeatable: the first is the lowest layer).
+    #[arg(long, required = true)]
+    rootfs: Vec<PathBuf>,
     /// OCI image layout directory to write (replaced if it already is one).
     #[arg(long)]
     out: PathBuf,
+    /// Delete PATH of the lower layers: adds a `.wh.NAME` entry to the last layer
+    /// (repeatable). PATH's directory must exist in the last --rootfs.
+    #[arg(long, value_name = "PATH")]
+    whiteout: Vec<String>,
+    /// Hide everything lower layers have in DIR: adds `DIR/.wh..wh..opq` to the last
+    /// layer (repeatable). DIR must exist in the last --rootfs.
+    #[arg(long, value_name = "DIR")]
+    opaque: Vec<String>,
+    /// Layer compression: gzip, zstd or none.
+    #[arg(long, default_value_t = Compression::Gzip)]
+    compression: Compression,
+    /// Docker v2 schema 2 media types (manifest, config, layers) instead of OCI.
+    #[arg(long)]
+    docker_media_types: bool,
+    /// OS/ARCH[/VARIANT] written into the image config.
+    #[arg(long, default_value = "linux/amd64")]
+    platform: Platform,
     /// Entrypoint as a JSON array, e.g. '["/pause"]'.
     #[arg(long, value_name = "JSON")]
     entrypoint: Option<String>,
@@ -63,6 +99,36 @@ struct BuildArgs {
 }
 
 #[derive(clap::Args)]
+struct IndexArgs {
+    /// OCI image layout directory to write (replaced if it already is one).
+    #[arg(long)]
+    out: PathBuf,
+    /// An entry: the single image of layout LAYOUT_DIR (written by `build`), listed
+    /// for platform OS/ARCH[/VARIANT] (repeatable, kept in order).
+    #[arg(long, required = true, value_name = "OS/ARCH[/VARIANT]=LAYOUT_DIR")]
+    manifest: Vec<IndexEntry>,
+    /// Write a Docker manifest list instead of an OCI image index.
+    #[arg(long)]
+    docker_media_types: bool,
+}
+
+#[derive(clap::Args)]
+struct GenRootfsArgs {
+    /// Directory to fill; created if missing, must be empty otherwise.
+    #[arg(long)]
+    out: PathBuf,
+    /// Number of files (file-000000, file-000001, ...).
+    #[arg(long)]
+    files: u64,
+    /// Total size in bytes; K, M or G suffixes are powers of 1024.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    size: u64,
+    /// Content seed: the same seed gives the same bytes. Use one per layer.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::Args)]
 struct PushArgs {
     /// OCI image layout written by `build`.
     #[arg(long)]
@@ -76,11 +142,31 @@ struct PushArgs {
     /// Talk plain HTTP instead of HTTPS (loopback test registries).
     #[arg(long)]
     plain_http: bool,
+    /// User for HTTP basic auth (registry.sh start --htpasswd).
+    #[arg(long, requires = "password")]
+    username: Option<String>,
+    /// Password for HTTP basic auth.
+    #[arg(long, requires = "username")]
+    password: Option<String>,
+}
+
+/// `1048576`, `1024K`, `1M`, `1G`.
+fn parse_size(value: &str) -> Result<u64, String> {
+    let (digits, multiplier) = match value.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&value[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&value[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&value[..i], 1 << 30),
+        _ => (value, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(|| format!("{value:?}: want a byte count such as 10485760 or 10M"))
 }
 
 fn parse_json_array(flag: &str, value: &str) -> Result<Vec<String>> {
-    serde_json::from_str(value)
-        .with_context(|| format!("--{flag} {value:?}: want a JSON array of strings"))
+    serde_json::from_str(value).with_context(|| format!("--{flag} {value:?}: want a JSON array of strings"))
 }
 
 fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
@@ -95,35 +181,97 @@ fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
-fn run_build(args: BuildArgs) -> Result<()> {
-    let options = image::ImageOptions {
+fn image_options(args: &BuildArgs) -> Result<image::ImageOptions> {
+    Ok(image::ImageOptions {
         entrypoint: args
             .entrypoint
             .as_deref()
             .map(|v| parse_json_array("entrypoint", v))
             .transpose()?,
-        cmd: args
-            .cmd
-            .as_deref()
-            .map(|v| parse_json_array("cmd", v))
-            .transpose()?,
-        env: args.env,
-        user: args.user,
-        workdir: args.workdir,
+        cmd: args.cmd.as_deref().map(|v| parse_json_array("cmd", v)).transpose()?,
+        env: args.env.clone(),
+        user: args.user.clone(),
+        workdir: args.workdir.clone(),
         labels: parse_labels(&args.label)?,
-        stop_signal: args.stop_signal,
-        exposed_ports: args.expose,
+        stop_signal: args.stop_signal.clone(),
+        exposed_ports: args.expose.clone(),
+    })
+}
+
+fn whiteouts(args: &BuildArgs) -> Result<Whiteouts> {
+    let mut whiteouts = Whiteouts::default();
+    for path in &args.whiteout {
+        whiteouts.remove(path)?;
+    }
+    for dir in &args.opaque {
+        whiteouts.opaque(dir)?;
+    }
+    Ok(whiteouts)
+}
+
+fn format(docker_media_types: bool) -> Format {
+    if docker_media_types {
+        Format::Docker
+    } else {
+        Format::Oci
+    }
+}
+
+fn run_build(args: BuildArgs) -> Result<()> {
+    let spec = image::BuildSpec {
+        options: image_options(&args)?,
+        whiteouts: whiteouts(&args)?,
+        compression: args.compression,
+        format: format(args.docker_media_types),
+        platform: args.platform,
+        rootfs: args.rootfs,
     };
-    let built = image::build(&args.rootfs, &args.out, &options)?;
+    let built = image::build(&spec, &args.out)?;
     println!(
-        "built {} manifest {} config {} layer {} ({} bytes)",
+        "built {} manifest {} config {}",
         args.out.display(),
         built.manifest.digest,
         built.config.digest,
-        built.layer.digest,
-        built.layer.size
+    );
+    for (layer, rootfs) in built.layers.iter().zip(&spec.rootfs) {
+        println!(
+            "layer {} ({} bytes) from {}",
+            layer.desc.digest,
+            layer.desc.size,
+            rootfs.display()
+        );
+    }
+    Ok(())
+}
+
+fn run_index(args: IndexArgs) -> Result<()> {
+    let built = index::build_index(&args.manifest, format(args.docker_media_types), &args.out)?;
+    println!("built {} index {}", args.out.display(), built.index.digest);
+    for child in &built.children {
+        let platform = child.platform.as_ref().map(Platform::to_string);
+        println!("manifest {} {}", child.digest, platform.unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn run_gen_rootfs(args: GenRootfsArgs) -> Result<()> {
+    let files = genrootfs::generate(&args.out, args.files, args.size, args.seed)?;
+    println!(
+        "generated {} files, {} bytes, in {}",
+        files.len(),
+        args.size,
+        args.out.display()
     );
     Ok(())
+}
+
+fn registry_auth(args: &PushArgs) -> Result<RegistryAuth> {
+    match (&args.username, &args.password) {
+        (Some(user), Some(password)) => Ok(RegistryAuth::Basic(user.clone(), password.clone())),
+        (None, None) => Ok(RegistryAuth::Anonymous),
+        // clap's `requires` already enforces the pair.
+        _ => bail!("--username and --password go together"),
+    }
 }
 
 fn run_push(args: PushArgs) -> Result<()> {
@@ -136,10 +284,15 @@ fn run_push(args: PushArgs) -> Result<()> {
         target: &args.to,
         also_tags: &args.also_tag,
         plain_http: args.plain_http,
+        auth: registry_auth(&args)?,
     };
     let pushed = runtime.block_on(push::push(&request))?;
+    for child in &pushed.children {
+        let platform = child.platform.as_ref().map(Platform::to_string);
+        println!("pushed child {} {}", child.digest, platform.unwrap_or_default());
+    }
     for reference in pushed.references {
-        println!("pushed {reference}@{}", pushed.manifest_digest);
+        println!("pushed {reference}@{}", pushed.digest);
     }
     Ok(())
 }
@@ -148,6 +301,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Build(args) => run_build(args),
+        Command::Index(args) => run_index(args),
+        Command::GenRootfs(args) => run_gen_rootfs(args),
         Command::Push(args) => run_push(args),
     };
     match result {
@@ -156,5 +311,68 @@ fn main() -> ExitCode {
             eprintln!("scute-imagekit: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert_eq!(parse_size("10M").unwrap(), 10 << 20);
+        assert_eq!(parse_size("2k").unwrap(), 2048);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        for bad in ["", "M", "1.5M", "-1", "10MB", "99999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn build_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "scute-imagekit",
+            "build",
+            "--rootfs",
+            "a",
+            "--rootfs",
+            "b",
+            "--out",
+            "o",
+            "--whiteout",
+            "/etc/x",
+            "--opaque",
+            "/var",
+            "--compression",
+            "zstd",
+            "--platform",
+            "linux/arm64",
+        ])
+        .unwrap();
+        let Command::Build(args) = cli.command else {
+            panic!("not build")
+        };
+        assert_eq!(args.rootfs, [PathBuf::from("a"), PathBuf::from("b")]);
+        assert_eq!(args.compression, Compression::Zstd);
+        assert_eq!(args.platform.architecture, "arm64");
+        assert!(whiteouts(&args).is_ok());
+        let no_password = [
+            "scute-imagekit",
+            "push",
+            "--layout",
+            "l",
+            "--to",
+            "r/x:1",
+            "--username",
+            "u",
+        ];
+        assert!(Cli::try_parse_from(no_password).is_err());
     }
 }

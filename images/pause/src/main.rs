@@ -69,25 +69,14 @@ fn main() {
     }
 
     if std::process::id() != 1 {
-        eprintln!(
-            "pause: warning: not running as PID 1; orphaned processes will not be reaped here"
-        );
+        eprintln!("pause: warning: not running as PID 1; orphaned processes will not be reaped here");
     }
 
     let installed = install_handler(libc::SIGINT, on_terminate, 0)
         .and_then(|()| install_handler(libc::SIGTERM, on_terminate, 0))
-        .and_then(|()| {
-            install_handler(
-                libc::SIGCHLD,
-                on_child,
-                libc::SA_NOCLDSTOP | libc::SA_RESTART,
-            )
-        });
+        .and_then(|()| install_handler(libc::SIGCHLD, on_child, libc::SA_NOCLDSTOP | libc::SA_RESTART));
     if let Err(err) = installed {
-        let _ = writeln!(
-            std::io::stderr(),
-            "pause: installing signal handlers: {err}"
-        );
+        let _ = writeln!(std::io::stderr(), "pause: installing signal handlers: {err}");
         std::process::exit(1);
     }
 

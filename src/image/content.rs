@@ -1,0 +1,245 @@
+//! Content store: blobs by digest under `<root>/content/blobs/sha256/<hex>`, written through
+//! `<root>/content/ingest/<hex>` and renamed into place only once their digest is verified.
+//! An ingest file left by an interrupted download is where a retry resumes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use super::digest::Digest;
+
+pub struct ContentStore {
+    blobs: PathBuf,
+    ingest: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    #[error("blob {0} not found in the content store")]
+    NotFound(Digest),
+    #[error("blob digest mismatch: expected {expected}, got {actual}")]
+    DigestMismatch { expected: Digest, actual: Digest },
+    #[error("content store {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ContentError + '_ {
+    move |source| ContentError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl ContentStore {
+    pub fn open(root: &Path) -> Result<ContentStore, ContentError> {
+        let store = ContentStore {
+            blobs: root.join("blobs/sha256"),
+            ingest: root.join("ingest"),
+        };
+        fs::create_dir_all(&store.blobs).map_err(io_err(&store.blobs))?;
+        // Private images' layers are readable by root only.
+        fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o700)).map_err(io_err(root))?;
+        fs::create_dir_all(&store.ingest).map_err(io_err(&store.ingest))?;
+        Ok(store)
+    }
+
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.blobs.join(digest.hex())
+    }
+
+    pub fn ingest_path(&self, digest: &Digest) -> PathBuf {
+        self.ingest.join(digest.hex())
+    }
+
+    pub fn has(&self, digest: &Digest) -> bool {
+        self.blob_path(digest).is_file()
+    }
+
+    pub fn size(&self, digest: &Digest) -> Option<u64> {
+        fs::metadata(self.blob_path(digest)).ok().map(|m| m.len())
+    }
+
+    pub fn read(&self, digest: &Digest) -> Result<Vec<u8>, ContentError> {
+        let path = self.blob_path(digest);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ContentError::NotFound(digest.clone())),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
+    /// Writes a small blob (manifest, config) held in memory, verifying it against `expected`.
+    pub fn write(&self, bytes: &[u8], expected: &Digest) -> Result<(), ContentError> {
+        let actual = Digest::of(bytes);
+        if &actual != expected {
+            return Err(ContentError::DigestMismatch {
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        if self.has(expected) {
+            return Ok(());
+        }
+        let tmp = self.ingest.join(format!("{}.small", expected.hex()));
+        let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
+        file.write_all(bytes).map_err(io_err(&tmp))?;
+        file.sync_all().map_err(io_err(&tmp))?;
+        fs::rename(&tmp, self.blob_path(expected)).map_err(io_err(&tmp))?;
+        Ok(())
+    }
+
+    /// Opens (or resumes) the ingest file of `digest`. The bytes already there are handed back
+    /// through `resume` so the caller can re-hash and re-feed them without downloading them again.
+    pub fn open_ingest(&self, digest: &Digest) -> Result<Ingest, ContentError> {
+        let path = self.ingest_path(digest);
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let resumed = file.metadata().map_err(io_err(&path))?.len();
+        Ok(Ingest {
+            path,
+            file,
+            resumed,
+            written: resumed,
+            hasher: Sha256::new(),
+        })
+    }
+
+    /// Drops a partial download (its bytes were wrong, or the registry restarted from zero).
+    pub fn discard_ingest(&self, digest: &Digest) {
+        let _ = fs::remove_file(self.ingest_path(digest));
+    }
+
+    pub fn delete(&self, digest: &Digest) -> Result<(), ContentError> {
+        let path = self.blob_path(digest);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
+    pub fn list(&self) -> Result<Vec<Digest>, ContentError> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.blobs).map_err(io_err(&self.blobs))? {
+            let entry = entry.map_err(io_err(&self.blobs))?;
+            if let Ok(d) = Digest::parse(&format!("sha256:{}", entry.file_name().to_string_lossy())) {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A blob being downloaded: every byte is appended to the ingest file and hashed.
+pub struct Ingest {
+    path: PathBuf,
+    file: File,
+    resumed: u64,
+    written: u64,
+    hasher: Sha256,
+}
+
+impl Ingest {
+    /// Bytes already on disk from an earlier attempt.
+    pub fn resumed(&self) -> u64 {
+        self.resumed
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Reads back the resumed bytes (hashing them) so they can be fed to the unpacker again.
+    pub fn replay(&mut self) -> Result<File, ContentError> {
+        let mut file = File::open(&self.path).map_err(io_err(&self.path))?;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = file.read(&mut buf).map_err(io_err(&self.path))?;
+            if n == 0 {
+                break;
+            }
+            self.hasher.update(&buf[..n]);
+        }
+        File::open(&self.path).map_err(io_err(&self.path))
+    }
+
+    pub fn append(&mut self, chunk: &[u8]) -> Result<(), ContentError> {
+        self.file.write_all(chunk).map_err(io_err(&self.path))?;
+        self.hasher.update(chunk);
+        self.written += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// Verifies the whole blob against `expected` and moves it into the store.
+    pub fn commit(self, store: &ContentStore, expected: &Digest) -> Result<(), ContentError> {
+        let actual = Digest::from_hasher(self.hasher);
+        if &actual != expected {
+            let _ = fs::remove_file(&self.path);
+            return Err(ContentError::DigestMismatch {
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        self.file.sync_all().map_err(io_err(&self.path))?;
+        fs::rename(&self.path, store.blob_path(expected)).map_err(io_err(&self.path))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_verifies_and_resume_rehashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ContentStore::open(dir.path()).unwrap();
+        let data = b"hello layer".to_vec();
+        let d = Digest::of(&data);
+        assert!(matches!(
+            store.write(b"other", &d),
+            Err(ContentError::DigestMismatch { .. })
+        ));
+        assert!(!store.has(&d));
+
+        // First attempt stops half way.
+        let mut ingest = store.open_ingest(&d).unwrap();
+        ingest.append(&data[..5]).unwrap();
+        drop(ingest);
+        // The retry resumes after the 5 bytes on disk.
+        let mut ingest = store.open_ingest(&d).unwrap();
+        assert_eq!(ingest.resumed(), 5);
+        let mut replay = String::new();
+        ingest.replay().unwrap().read_to_string(&mut replay).unwrap();
+        assert_eq!(replay, "hello");
+        ingest.append(&data[5..]).unwrap();
+        ingest.commit(&store, &d).unwrap();
+        assert_eq!(store.read(&d).unwrap(), data);
+        assert!(!store.ingest_path(&d).exists());
+        assert_eq!(store.list().unwrap(), vec![d.clone()]);
+        store.delete(&d).unwrap();
+        store.delete(&d).unwrap();
+        assert!(matches!(store.read(&d), Err(ContentError::NotFound(_))));
+    }
+
+    #[test]
+    fn corrupt_ingest_is_rejected_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ContentStore::open(dir.path()).unwrap();
+        let d = Digest::of(b"right");
+        let mut ingest = store.open_ingest(&d).unwrap();
+        ingest.append(b"wrong").unwrap();
+        assert!(matches!(
+            ingest.commit(&store, &d),
+            Err(ContentError::DigestMismatch { .. })
+        ));
+        assert!(!store.has(&d));
+        assert!(!store.ingest_path(&d).exists());
+    }
+}

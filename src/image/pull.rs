@@ -1,0 +1,432 @@
+//! The pull pipeline: resolve the manifest, fetch the config, then for every layer not already
+//! unpacked, stream it from the registry into its ingest file while decompressing and unpacking
+//! it in the same pass (no second read of the blob), several layers at once. Every layer is
+//! verified (compressed digest and diff ID) before its blob and snapshot are committed.
+//!
+//! An interrupted download (deadline, network) keeps its ingest file; the next pull replays those
+//! bytes from disk and asks the registry for the rest with a Range request.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::{mpsc, Semaphore};
+
+use super::content::{ContentError, Ingest};
+use super::digest::{chain_ids, Digest};
+use super::record::{ImageConfig, ImageRecord, LayerRecord};
+use super::reference::ImageRef;
+use super::registry::{Credentials, Remote};
+use super::unpack::{self, UnpackError};
+use super::{ImageError, ImageManager, PullError};
+use crate::snapshot::SnapshotRecord;
+
+/// How often a long layer download logs its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Pull counters for logs and (later) metrics.
+#[derive(Debug, Default)]
+pub struct PullProgress {
+    pub bytes_downloaded: std::sync::atomic::AtomicU64,
+}
+
+impl ImageManager {
+    /// Pulls `reference` and returns its record. Concurrent pulls of one reference run once.
+    pub async fn pull(&self, reference: &str, credentials: &Credentials) -> Result<ImageRecord, ImageError> {
+        let image = ImageRef::parse(reference)?;
+        let pull_err = |source: PullError| ImageError::Pull {
+            image: image.to_string(),
+            source,
+        };
+        let _one_pull = self.ref_locks.lock(&image.to_string()).await;
+        let started = Instant::now();
+
+        let remote = Remote::new(&image, &self.hosts_dir, credentials).map_err(pull_err)?;
+        let resolved = remote.resolve().await.map_err(pull_err)?;
+        let manifest: OciImageManifest = serde_json::from_slice(&resolved.manifest).map_err(|e| {
+            pull_err(PullError::Integrity(format!(
+                "manifest is not a valid image manifest: {e}"
+            )))
+        })?;
+        let config_digest =
+            Digest::parse(&manifest.config.digest).map_err(|e| pull_err(PullError::Integrity(e.to_string())))?;
+
+        let config_bytes = match self.content.read(&config_digest) {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                let bytes = remote.fetch_small(&manifest.config).await.map_err(pull_err)?;
+                self.content.write(&bytes, &config_digest)?;
+                bytes
+            }
+        };
+        let config: oci_spec::image::ImageConfiguration = serde_json::from_slice(&config_bytes)
+            .map_err(|e| pull_err(PullError::Integrity(format!("image config is not valid: {e}"))))?;
+        let diff_ids = config
+            .rootfs()
+            .diff_ids()
+            .iter()
+            .map(|d| Digest::parse(d))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pull_err(PullError::Integrity(e.to_string())))?;
+        if diff_ids.len() != manifest.layers.len() {
+            return Err(pull_err(PullError::Integrity(format!(
+                "manifest has {} layers but the config lists {} diff IDs",
+                manifest.layers.len(),
+                diff_ids.len()
+            ))));
+        }
+        let chains = chain_ids(&diff_ids);
+
+        // All layers at once, bounded by max_concurrent_downloads.
+        let limit = Arc::new(Semaphore::new(self.max_concurrent_downloads));
+        let mut layers = Vec::with_capacity(manifest.layers.len());
+        for (i, descriptor) in manifest.layers.iter().enumerate() {
+            let layer = LayerRecord {
+                digest: Digest::parse(&descriptor.digest).map_err(|e| pull_err(PullError::Integrity(e.to_string())))?,
+                diff_id: diff_ids[i].clone(),
+                chain_id: chains[i].clone(),
+                size: u64::try_from(descriptor.size).unwrap_or(0),
+                media_type: descriptor.media_type.clone(),
+            };
+            let parent = i.checked_sub(1).map(|p| chains[p].clone());
+            layers.push((layer, parent, descriptor));
+        }
+        let jobs = layers.iter().map(|(layer, parent, descriptor)| {
+            let limit = limit.clone();
+            let remote = &remote;
+            async move {
+                let _slot = limit.acquire().await.expect("semaphore never closed");
+                self.ensure_layer(remote, descriptor, layer, parent.clone()).await
+            }
+        });
+        for result in futures_util::future::join_all(jobs).await {
+            result.map_err(pull_err)?;
+        }
+
+        if let Some((index, index_digest)) = &resolved.index {
+            self.content.write(index, index_digest)?;
+        }
+        self.content.write(&resolved.manifest, &resolved.manifest_digest)?;
+
+        let size = layers.iter().map(|(l, _, _)| l.size).sum::<u64>() + config_bytes.len() as u64;
+        let record = ImageRecord {
+            id: config_digest,
+            repo_tags: image.repo_tag().into_iter().collect(),
+            repo_digests: vec![image.repo_digest(&resolved.manifest_digest)],
+            manifest_digest: resolved.manifest_digest.clone(),
+            manifest_media_type: resolved.media_type.clone(),
+            index_digest: resolved.index.as_ref().map(|(_, d)| d.clone()),
+            layers: layers.into_iter().map(|(l, _, _)| l).collect(),
+            size,
+            config: summarize_config(&config),
+            pinned: false,
+            created_at: now_nanos(),
+        };
+        let record = self.commit_record(record).await?;
+        tracing::info!(
+            image = %image,
+            id = %record.id,
+            layers = record.layers.len(),
+            bytes = record.size,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "image pulled"
+        );
+        Ok(record)
+    }
+
+    /// Makes sure the snapshot of one layer exists: already there, unpacked from a blob we
+    /// have, or downloaded and unpacked in one pass.
+    async fn ensure_layer(
+        &self,
+        remote: &Remote,
+        descriptor: &OciDescriptor,
+        layer: &LayerRecord,
+        parent: Option<Digest>,
+    ) -> Result<(), PullError> {
+        let io = |e: io::Error| PullError::Remote(format!("layer {}: {e}", layer.digest));
+        if self.layer_ready(layer) {
+            return Ok(());
+        }
+        let _one_download = self.layer_locks.lock(layer.digest.as_str()).await;
+        if self.layer_ready(layer) {
+            return Ok(());
+        }
+        let decoder = Decoder::for_media_type(&layer.media_type)?;
+        let pending = self.snapshots.prepare().map_err(io)?;
+        let dest = pending.fs();
+        let unpacked_bytes = if self.content.has(&layer.digest) {
+            let blob = self.content.blob_path(&layer.digest);
+            let (expected, dest) = (layer.clone(), dest.clone());
+            tokio::task::spawn_blocking(move || {
+                let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
+                unpack_verified(file, decoder, &dest, &expected)
+            })
+            .await
+            .map_err(|e| PullError::Remote(e.to_string()))??
+        } else {
+            self.download_and_unpack(remote, descriptor, layer, decoder, dest)
+                .await?
+        };
+        self.snapshots.commit(pending, &layer.chain_id).map_err(io)?;
+        let record = SnapshotRecord {
+            chain_id: layer.chain_id.clone(),
+            parent,
+            diff_id: layer.diff_id.clone(),
+            size: unpacked_bytes,
+        };
+        self.store
+            .put(&record)
+            .map_err(|e| PullError::Remote(format!("recording snapshot {}: {e}", layer.chain_id)))?;
+        Ok(())
+    }
+
+    fn layer_ready(&self, layer: &LayerRecord) -> bool {
+        self.snapshots.exists(&layer.chain_id)
+            && self
+                .store
+                .get::<SnapshotRecord>(layer.chain_id.as_str())
+                .ok()
+                .flatten()
+                .is_some()
+            && self.content.has(&layer.digest)
+    }
+
+    async fn download_and_unpack(
+        &self,
+        remote: &Remote,
+        descriptor: &OciDescriptor,
+        layer: &LayerRecord,
+        decoder: Decoder,
+        dest: std::path::PathBuf,
+    ) -> Result<u64, PullError> {
+        let content_err = |e: ContentError| PullError::Remote(e.to_string());
+        let mut ingest = self.content.open_ingest(&layer.digest).map_err(content_err)?;
+        if ingest.resumed() >= layer.size {
+            // A complete-but-uncommitted or oversized leftover: start over.
+            drop(ingest);
+            self.content.discard_ingest(&layer.digest);
+            ingest = self.content.open_ingest(&layer.digest).map_err(content_err)?;
+        }
+        tracing::debug!(layer = %layer.digest, size = layer.size, offset = ingest.resumed(), "downloading layer");
+        let (stream, resumed) = remote.blob_stream(descriptor, ingest.resumed()).await?;
+        if ingest.resumed() > 0 && !resumed {
+            tracing::debug!(layer = %layer.digest, "registry ignored the Range request; downloading from zero");
+            drop(ingest);
+            self.content.discard_ingest(&layer.digest);
+            ingest = self.content.open_ingest(&layer.digest).map_err(content_err)?;
+        } else if resumed {
+            tracing::info!(layer = %layer.digest, offset = ingest.resumed(), "resuming layer download");
+        }
+
+        let (tx, rx) = mpsc::channel::<Result<Bytes, String>>(32);
+        let store = self.content_root.clone();
+        let expected = layer.clone();
+        let worker = tokio::task::spawn_blocking(move || {
+            let content = super::content::ContentStore::open(&store).map_err(|e| PullError::Remote(e.to_string()))?;
+            let source = DownloadSource {
+                replay: None,
+                rx,
+                ingest,
+                limit: expected.size,
+                pending: Bytes::new(),
+            };
+            let (unpacked, source) = unpack_download(source, decoder, &dest, &expected)?;
+            source
+                .ingest
+                .commit(&content, &expected.digest)
+                .map_err(|e| PullError::Integrity(format!("layer {}: {e}", expected.digest)))?;
+            Ok::<u64, PullError>(unpacked)
+        });
+
+        let mut stream = stream.stream;
+        let mut done = 0u64;
+        let mut last_log = Instant::now();
+        while let Some(chunk) = stream.next().await {
+            let message = chunk.map_err(|e| e.to_string());
+            let failed = message.is_err();
+            if let Ok(bytes) = &message {
+                done += bytes.len() as u64;
+            }
+            if tx.send(message).await.is_err() || failed {
+                break; // the worker stopped (its error is reported below) or the network failed
+            }
+            if last_log.elapsed() >= PROGRESS_EVERY {
+                tracing::info!(layer = %layer.digest, done, total = layer.size, "pull progress");
+                last_log = Instant::now();
+            }
+        }
+        drop(tx);
+        worker.await.map_err(|e| PullError::Remote(e.to_string()))?
+    }
+}
+
+/// Layer compression, from the descriptor's media type.
+#[derive(Debug, Clone, Copy)]
+enum Decoder {
+    Gzip,
+    Zstd,
+    Plain,
+}
+
+impl Decoder {
+    fn for_media_type(media_type: &str) -> Result<Decoder, PullError> {
+        match media_type {
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+            | "application/vnd.docker.image.rootfs.diff.tar.gzip"
+            | "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+            | "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => Ok(Decoder::Gzip),
+            "application/vnd.oci.image.layer.v1.tar+zstd"
+            | "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd" => Ok(Decoder::Zstd),
+            "application/vnd.oci.image.layer.v1.tar" | "application/vnd.oci.image.layer.nondistributable.v1.tar" => {
+                Ok(Decoder::Plain)
+            }
+            other => Err(PullError::Unsupported(format!("layer media type {other:?}"))),
+        }
+    }
+}
+
+/// Bytes of a download as the unpacker reads them: first what an earlier attempt left in the
+/// ingest file, then the network chunks, each appended to the ingest file (and hashed) as read.
+struct DownloadSource {
+    replay: Option<std::fs::File>,
+    rx: mpsc::Receiver<Result<Bytes, String>>,
+    ingest: Ingest,
+    limit: u64,
+    pending: Bytes,
+}
+
+impl Read for DownloadSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(replay) = &mut self.replay {
+            let n = replay.read(buf)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.replay = None;
+        }
+        while self.pending.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(Err(e)) => return Err(io::Error::other(format!("download interrupted: {e}"))),
+                Some(Ok(chunk)) => {
+                    if self.ingest.written() + chunk.len() as u64 > self.limit {
+                        return Err(io::Error::other(format!(
+                            "registry sent more than the {} bytes the manifest declares",
+                            self.limit
+                        )));
+                    }
+                    self.ingest.append(&chunk).map_err(io::Error::other)?;
+                    self.pending = chunk;
+                }
+            }
+        }
+        let n = buf.len().min(self.pending.len());
+        buf[..n].copy_from_slice(&self.pending[..n]);
+        self.pending = self.pending.slice(n..);
+        Ok(n)
+    }
+}
+
+fn unpack_download(
+    mut source: DownloadSource,
+    decoder: Decoder,
+    dest: &std::path::Path,
+    expected: &LayerRecord,
+) -> Result<(u64, DownloadSource), PullError> {
+    if source.ingest.resumed() > 0 {
+        source.replay = Some(source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?);
+    }
+    let unpacked = unpack_verified(&mut source, decoder, dest, expected)?;
+    Ok((unpacked, source))
+}
+
+/// Decompresses and unpacks `compressed` into `dest`, reading it to the end and checking the
+/// uncompressed stream against the layer's diff ID.
+fn unpack_verified<R: Read>(
+    mut compressed: R,
+    decoder: Decoder,
+    dest: &std::path::Path,
+    expected: &LayerRecord,
+) -> Result<u64, PullError> {
+    let layer_err = |e: UnpackError| match e {
+        UnpackError::Hostile { entry, reason } => PullError::Hostile {
+            layer: expected.digest.to_string(),
+            reason: format!("{entry}: {reason}"),
+        },
+        other => PullError::Remote(format!("layer {}: {other}", expected.digest)),
+    };
+    let (stats, diff_id) = {
+        let decompressed: Box<dyn Read + '_> = match decoder {
+            Decoder::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut compressed)),
+            Decoder::Zstd => Box::new(
+                zstd::stream::read::Decoder::new(&mut compressed)
+                    .map_err(|e| PullError::Remote(format!("layer {}: zstd: {e}", expected.digest)))?,
+            ),
+            Decoder::Plain => Box::new(&mut compressed),
+        };
+        let mut hashing = HashingReader {
+            inner: decompressed,
+            hasher: Sha256::new(),
+        };
+        let stats = unpack::unpack_layer(&mut hashing, dest).map_err(layer_err)?;
+        // The tar end marker may be followed by padding: hash every byte.
+        io::copy(&mut hashing, &mut io::sink())
+            .map_err(|e| PullError::Remote(format!("layer {}: {e}", expected.digest)))?;
+        (stats, Digest::from_hasher(hashing.hasher))
+    };
+    // And the compressed stream to its end, so the blob digest covers all of it.
+    io::copy(&mut compressed, &mut io::sink())
+        .map_err(|e| PullError::Remote(format!("layer {}: {e}", expected.digest)))?;
+    if diff_id != expected.diff_id {
+        return Err(PullError::Integrity(format!(
+            "layer {} unpacks to {diff_id}, but the image config says {}",
+            expected.digest, expected.diff_id
+        )));
+    }
+    Ok(stats.bytes)
+}
+
+struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+fn summarize_config(config: &oci_spec::image::ImageConfiguration) -> ImageConfig {
+    let c = config.config().as_ref();
+    let strings = |v: Option<&Vec<String>>| v.cloned().unwrap_or_default();
+    ImageConfig {
+        user: c.and_then(|c| c.user().clone()).unwrap_or_default(),
+        env: strings(c.and_then(|c| c.env().as_ref())),
+        entrypoint: strings(c.and_then(|c| c.entrypoint().as_ref())),
+        cmd: strings(c.and_then(|c| c.cmd().as_ref())),
+        working_dir: c.and_then(|c| c.working_dir().clone()).unwrap_or_default(),
+        labels: c
+            .and_then(|c| c.labels().clone())
+            .map(|l| l.into_iter().collect())
+            .unwrap_or_default(),
+        stop_signal: c.and_then(|c| c.stop_signal().clone()).unwrap_or_default(),
+        exposed_ports: strings(c.and_then(|c| c.exposed_ports().as_ref())),
+        volumes: strings(c.and_then(|c| c.volumes().as_ref())),
+        os: config.os().to_string(),
+        architecture: config.architecture().to_string(),
+    }
+}
+
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,173 @@
+//! Overlay snapshotter. Each image layer is unpacked once into its own directory, keyed by the
+//! chain ID of the layer stack it tops (`<root>/snapshots/<chain hex>/fs`), so images with a common
+//! base share those directories. A container's rootfs (the containers issue) is an overlay of
+//! these `fs` dirs as lower layers plus an active rw snapshot.
+//!
+//! Layers are extracted independently (as Docker's overlay2 does), whiteouts already in overlay
+//! format, which lets every layer of a pull download and unpack in parallel. An unpack works in
+//! `snapshots/tmp/<random>` and is renamed into place when verified; leftovers of a crash are
+//! removed at start.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::image::digest::Digest;
+use crate::store::{Kind, Record};
+
+/// A committed layer snapshot, as kept in the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub chain_id: Digest,
+    pub parent: Option<Digest>,
+    pub diff_id: Digest,
+    /// Bytes of regular files unpacked.
+    pub size: u64,
+}
+
+impl Record for SnapshotRecord {
+    const KIND: Kind = Kind::Snapshot;
+    fn id(&self) -> &str {
+        self.chain_id.as_str()
+    }
+}
+
+pub struct Snapshotter {
+    root: PathBuf,
+}
+
+/// A snapshot being unpacked; removed on drop unless committed.
+pub struct PendingSnapshot {
+    dir: PathBuf,
+    committed: bool,
+}
+
+impl PendingSnapshot {
+    /// Where the layer's files go.
+    pub fn fs(&self) -> PathBuf {
+        self.dir.join("fs")
+    }
+}
+
+impl Drop for PendingSnapshot {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Snapshotter {
+    pub fn open(root: &Path) -> io::Result<Snapshotter> {
+        let s = Snapshotter {
+            root: root.to_path_buf(),
+        };
+        // Layers hold setuid binaries and device nodes with any mode: only root may reach them.
+        fs::create_dir_all(&s.root)?;
+        fs::set_permissions(&s.root, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        // Half-done unpacks from before a crash.
+        let _ = fs::remove_dir_all(s.tmp_dir());
+        fs::create_dir_all(s.tmp_dir())?;
+        Ok(s)
+    }
+
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    fn dir(&self, chain_id: &Digest) -> PathBuf {
+        self.root.join(chain_id.hex())
+    }
+
+    /// The lower dir of a committed snapshot.
+    pub fn fs_path(&self, chain_id: &Digest) -> PathBuf {
+        self.dir(chain_id).join("fs")
+    }
+
+    pub fn exists(&self, chain_id: &Digest) -> bool {
+        self.fs_path(chain_id).is_dir()
+    }
+
+    pub fn prepare(&self) -> io::Result<PendingSnapshot> {
+        let dir = tempfile::Builder::new()
+            .prefix("unpack-")
+            .tempdir_in(self.tmp_dir())?
+            .keep();
+        fs::create_dir(dir.join("fs"))?;
+        Ok(PendingSnapshot { dir, committed: false })
+    }
+
+    /// Moves a finished unpack into place. If another pull committed the same chain meanwhile,
+    /// theirs is kept and this one dropped.
+    pub fn commit(&self, mut pending: PendingSnapshot, chain_id: &Digest) -> io::Result<()> {
+        let target = self.dir(chain_id);
+        if target.exists() {
+            return Ok(());
+        }
+        fs::rename(&pending.dir, &target)?;
+        pending.committed = true;
+        Ok(())
+    }
+
+    pub fn remove(&self, chain_id: &Digest) -> io::Result<()> {
+        match fs::remove_dir_all(self.dir(chain_id)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Chain IDs of the snapshot directories on disk.
+    pub fn list_dirs(&self) -> io::Result<Vec<Digest>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.root)? {
+            let name = entry?.file_name();
+            if let Ok(d) = Digest::parse(&format!("sha256:{}", name.to_string_lossy())) {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_snapshots_vanish_unless_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let snaps = Snapshotter::open(dir.path()).unwrap();
+        let chain = Digest::of(b"layer");
+        let p = snaps.prepare().unwrap();
+        fs::write(p.fs().join("f"), "x").unwrap();
+        let tmp = p.dir.clone();
+        drop(p);
+        assert!(!tmp.exists());
+        let p = snaps.prepare().unwrap();
+        fs::write(p.fs().join("f"), "x").unwrap();
+        snaps.commit(p, &chain).unwrap();
+        assert!(snaps.exists(&chain));
+        assert_eq!(fs::read_to_string(snaps.fs_path(&chain).join("f")).unwrap(), "x");
+        assert_eq!(snaps.list_dirs().unwrap(), vec![chain.clone()]);
+        // A second commit of the same chain keeps the first.
+        let p = snaps.prepare().unwrap();
+        snaps.commit(p, &chain).unwrap();
+        assert_eq!(fs::read_dir(snaps.tmp_dir()).unwrap().count(), 0);
+        snaps.remove(&chain).unwrap();
+        snaps.remove(&chain).unwrap();
+        assert!(!snaps.exists(&chain));
+    }
+
+    #[test]
+    fn leftovers_of_a_crash_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let snaps = Snapshotter::open(dir.path()).unwrap();
+        let p = snaps.prepare().unwrap();
+        std::mem::forget(p);
+        assert_eq!(fs::read_dir(snaps.tmp_dir()).unwrap().count(), 1);
+        let snaps = Snapshotter::open(dir.path()).unwrap();
+        assert_eq!(fs::read_dir(snaps.tmp_dir()).unwrap().count(), 0);
+    }
+}
