@@ -891,3 +891,58 @@ async fn embedded_pause_image_and_image_fs_info() {
         pause.id
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_spares_pulls_in_flight() {
+    let registry = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big");
+    kit(&[
+        "gen-rootfs",
+        "--out",
+        big.to_str().unwrap(),
+        "--files",
+        "8",
+        "--size",
+        "64M",
+    ]);
+    let layout = work.path().join("layout");
+    kit(&[
+        "build",
+        "--rootfs",
+        big.to_str().unwrap(),
+        "--out",
+        layout.to_str().unwrap(),
+    ]);
+    push_layout(&registry, &layout, "e2e-test-images/big:1", &[]);
+    push_image(&registry, work.path(), "e2e-test-images/small:1", "small", &[]);
+    let daemon = Daemon::start("");
+    daemon.mirror_public_registries_to(&registry.addr);
+
+    // While the big image downloads, pull and remove another image over and over: each removal
+    // garbage-collects, and must not take the big pull's blobs or snapshots with it.
+    let big_pull = pull(&daemon, "registry.k8s.io/e2e-test-images/big:1");
+    let churn = async {
+        for _ in 0..5 {
+            pull(&daemon, "registry.k8s.io/e2e-test-images/small:1").await.unwrap();
+            daemon
+                .images()
+                .await
+                .remove_image(api::RemoveImageRequest {
+                    image: spec("registry.k8s.io/e2e-test-images/small:1"),
+                })
+                .await
+                .unwrap();
+        }
+    };
+    let (id, ()) = tokio::join!(big_pull, churn);
+    let id = id.unwrap();
+    let dirs = snapshot_dirs(&daemon, &id).await;
+    assert_eq!(
+        std::fs::read_dir(&dirs[0]).unwrap().count(),
+        8,
+        "the big image's files are all there"
+    );
+    let config = daemon.root.join("content/blobs/sha256").join(&id[7..]);
+    assert!(config.exists(), "the big image's config blob survived");
+}

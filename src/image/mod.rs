@@ -86,6 +86,10 @@ pub struct ImageManager {
     layer_locks: KeyedLocks,
     /// Serialises read-modify-write of image records (tags move between images).
     records: Mutex<()>,
+    /// Blobs and snapshots that pulls in flight are writing or rely on: garbage collection treats
+    /// them as live (containerd's leases). GC holds this lock for its whole run, so a pull cannot
+    /// register something between GC's liveness check and its deletion.
+    in_flight: std::sync::Mutex<Vec<Digest>>,
     content_root: PathBuf,
     snapshots_root: PathBuf,
 }
@@ -111,6 +115,7 @@ impl ImageManager {
             ref_locks: KeyedLocks::default(),
             layer_locks: KeyedLocks::default(),
             records: Mutex::new(()),
+            in_flight: std::sync::Mutex::new(Vec::new()),
             content_root,
             snapshots_root,
         })
@@ -189,13 +194,23 @@ impl ImageManager {
         self.collect_garbage()
     }
 
-    /// Deletes blobs and snapshots that no image references.
+    /// Marks blobs and snapshots as in use by a pull until the lease is dropped.
+    fn lease(&self, digests: Vec<Digest>) -> Lease<'_> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        in_flight.extend(digests.iter().cloned());
+        Lease { owner: self, digests }
+    }
+
+    /// Deletes blobs and snapshots that no image (and no pull in flight) references.
     fn collect_garbage(&self) -> Result<(), ImageError> {
+        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let images = self.store.list::<ImageRecord>()?;
-        let live_blobs: std::collections::HashSet<&Digest> = images.iter().flat_map(|i| i.blobs()).collect();
+        let live_blobs: std::collections::HashSet<&Digest> =
+            images.iter().flat_map(|i| i.blobs()).chain(in_flight.iter()).collect();
         let live_chains: std::collections::HashSet<&Digest> = images
             .iter()
             .flat_map(|i| i.layers.iter().map(|l| &l.chain_id))
+            .chain(in_flight.iter())
             .collect();
         for blob in self.content.list()? {
             if !live_blobs.contains(&blob) {
@@ -263,6 +278,23 @@ impl ImageManager {
         let (b1, i1) = dir_usage(&self.content_root);
         let (b2, i2) = dir_usage(&self.snapshots_root);
         (b1 + b2, i1 + i2)
+    }
+}
+
+/// What a pull holds on to; released on drop (also when the pull is cancelled).
+struct Lease<'a> {
+    owner: &'a ImageManager,
+    digests: Vec<Digest>,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.owner.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        for digest in &self.digests {
+            if let Some(pos) = in_flight.iter().position(|d| d == digest) {
+                in_flight.swap_remove(pos);
+            }
+        }
     }
 }
 

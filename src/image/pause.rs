@@ -86,6 +86,12 @@ impl ImageManager {
             }
         }
         let chain_id = chain_ids(std::slice::from_ref(&built.diff_id)).remove(0);
+        let _lease = self.lease(vec![
+            built.layer_digest.clone(),
+            built.config_digest.clone(),
+            built.manifest_digest.clone(),
+            chain_id.clone(),
+        ]);
         self.content.write(&built.layer, &built.layer_digest)?;
         self.content.write(&built.config, &built.config_digest)?;
         self.content.write(&built.manifest, &built.manifest_digest)?;

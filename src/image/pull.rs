@@ -55,6 +55,14 @@ impl ImageManager {
         let config_digest =
             Digest::parse(&manifest.config.digest).map_err(|e| pull_err(PullError::Integrity(e.to_string())))?;
 
+        // Everything this pull may write or reuse is protected from GC until it is recorded.
+        let mut leased = vec![resolved.manifest_digest.clone(), config_digest.clone()];
+        leased.extend(resolved.index.iter().map(|(_, d)| d.clone()));
+        for layer in &manifest.layers {
+            leased.extend(Digest::parse(&layer.digest).ok());
+        }
+        let _lease = self.lease(leased);
+
         let config_bytes = match self.content.read(&config_digest) {
             Ok(bytes) => bytes,
             Err(_) => {
@@ -80,6 +88,7 @@ impl ImageManager {
             ))));
         }
         let chains = chain_ids(&diff_ids);
+        let _chain_lease = self.lease(chains.clone());
 
         // All layers at once, bounded by max_concurrent_downloads.
         let limit = Arc::new(Semaphore::new(self.max_concurrent_downloads));
