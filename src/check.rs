@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::image::hosts;
 use crate::sandbox::cni;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -274,72 +275,55 @@ pub fn check_cni(config: &Config) -> Finding {
     }
 }
 
-/// Checks that every registry endpoint named in the hosts.toml files under
-/// `registry.config_path` accepts TCP connections (containerd's layout:
-/// `<dir>/<host>/hosts.toml` with `server = …` and `[host."<url>"]` tables).
+/// Checks that every registry endpoint configured under `registry.config_path` (containerd's
+/// `<host>/hosts.toml` layout, parsed by the same code pulls use) accepts TCP connections.
 pub fn check_registries(config: &Config) -> Vec<Finding> {
-    let dir = &config.registry.config_path;
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(_) => {
-            return vec![finding(
-                "registry",
-                Verdict::Warn,
-                format!(
-                    "no registry host config at {}: images come from their upstream registries",
-                    dir.display()
-                ),
-            )]
+    let roots = config.registry.config_path.to_string_lossy().to_string();
+    let mut registries: Vec<String> = Vec::new();
+    for root in roots.split(':').filter(|r| !r.is_empty()) {
+        let Ok(entries) = std::fs::read_dir(root) else { continue };
+        for entry in entries.flatten().filter(|e| e.path().is_dir()) {
+            let name = entry.file_name().to_string_lossy().to_string();
+            // `host_port_` directories name `host:port`.
+            let registry = match name.strip_suffix('_').and_then(|n| n.rsplit_once('_')) {
+                Some((host, port)) if port.parse::<u16>().is_ok() => format!("{host}:{port}"),
+                _ => name,
+            };
+            if !registries.contains(&registry) {
+                registries.push(registry);
+            }
         }
-    };
-    let mut hosts: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("hosts.toml"))
-        .filter(|p| p.is_file())
-        .collect();
-    hosts.sort();
-    if hosts.is_empty() {
+    }
+    registries.sort();
+    if registries.is_empty() {
         return vec![finding(
             "registry",
             Verdict::Warn,
-            format!("no */hosts.toml under {}", dir.display()),
+            format!("no registry host config under {roots}: images come from their upstream registries"),
         )];
     }
     let mut out = Vec::new();
-    for file in hosts {
-        let endpoints = match hosts_toml_endpoints(&file) {
+    for registry in registries {
+        let endpoints = match hosts::endpoints_for(&config.registry.config_path, &registry) {
             Ok(e) => e,
             Err(e) => {
-                out.push(finding("registry", Verdict::Fail, format!("{}: {e}", file.display())));
+                out.push(finding("registry", Verdict::Fail, e.to_string()));
                 continue;
             }
         };
-        for url in endpoints {
-            let verdict = match tcp_reachable(&url) {
-                Ok(()) => finding("registry", Verdict::Ok, format!("{url} reachable ({})", file.display())),
+        for endpoint in endpoints {
+            let url = format!("{}://{}", endpoint.scheme.as_str(), endpoint.host);
+            out.push(match tcp_reachable(&url) {
+                Ok(()) => finding("registry", Verdict::Ok, format!("{url} reachable (for {registry})")),
                 Err(e) => finding(
                     "registry",
                     Verdict::Warn,
-                    format!("{url} unreachable: {e} ({})", file.display()),
+                    format!("{url} unreachable: {e} (for {registry})"),
                 ),
-            };
-            out.push(verdict);
+            });
         }
     }
     out
-}
-
-fn hosts_toml_endpoints(file: &Path) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_string())?;
-    let mut urls = Vec::new();
-    if let Some(hosts) = table.get("host").and_then(|h| h.as_table()) {
-        urls.extend(hosts.keys().cloned());
-    }
-    if let Some(server) = table.get("server").and_then(|s| s.as_str()) {
-        urls.push(server.to_string());
-    }
-    Ok(urls)
 }
 
 fn tcp_reachable(url: &str) -> Result<(), String> {
@@ -418,26 +402,6 @@ mod tests {
         assert_eq!(check_cgroups(root).verdict, Verdict::Ok);
         std::fs::remove_dir(root.join("pids")).unwrap();
         assert!(check_cgroups(root).detail.contains("pids"));
-    }
-
-    #[test]
-    fn hosts_toml_endpoints_are_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("hosts.toml");
-        std::fs::write(
-            &file,
-            "server = \"https://registry.k8s.io\"\n[host.\"http://127.0.0.1:5000\"]\ncapabilities = [\"pull\", \"resolve\"]\n",
-        )
-        .unwrap();
-        assert_eq!(
-            hosts_toml_endpoints(&file).unwrap(),
-            vec![
-                "http://127.0.0.1:5000".to_string(),
-                "https://registry.k8s.io".to_string()
-            ]
-        );
-        std::fs::write(&file, "server = [").unwrap();
-        assert!(hosts_toml_endpoints(&file).is_err());
     }
 
     #[test]
