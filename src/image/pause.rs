@@ -157,11 +157,17 @@ mod tests {
         let b = build().unwrap();
         assert_eq!(a.config_digest, b.config_digest);
         assert_eq!(a.manifest_digest, b.manifest_digest);
-        // A static ELF has no program interpreter (PT_INTERP).
-        assert_eq!(&PAUSE_BINARY[..4], b"\x7fELF");
-        assert!(
-            !PAUSE_BINARY.windows(b"ld-linux".len()).any(|w| w == b"ld-linux"),
-            "pause must be static"
-        );
+        // A static ELF (64-bit) has no PT_INTERP program header: it needs no dynamic loader.
+        let elf = PAUSE_BINARY;
+        assert_eq!(&elf[..5], b"\x7fELF\x02");
+        let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+        let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+        let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+        const PT_INTERP: u32 = 3;
+        for i in 0..phnum {
+            let at = phoff + i * phentsize;
+            let p_type = u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+            assert_ne!(p_type, PT_INTERP, "pause must be statically linked");
+        }
     }
 }
