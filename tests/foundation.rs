@@ -163,15 +163,16 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
         err.message()
     );
 
+    // ImageService too (StreamImages, the paged list, comes with the streaming-lists work).
     let err = daemon
         .images()
         .await
-        .pull_image(api::PullImageRequest::default())
+        .stream_images(api::StreamImagesRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message().starts_with("PullImage is not implemented yet"),
+        err.message().starts_with("StreamImages is not implemented yet"),
         "{}",
         err.message()
     );
@@ -355,15 +356,17 @@ async fn separate_image_endpoint_serves_image_service_only() {
     let image_socket = image_socket_dir.path().join("images.sock");
     let daemon = Daemon::start_with_args("", &["--image-address", &format!("unix://{}", image_socket.display())]);
     let channel = common::connect(&image_socket).await;
-    let err = api::image_service_client::ImageServiceClient::new(channel.clone())
-        .image_fs_info(api::ImageFsInfoRequest {})
+    // ImageService answers there (the embedded pause image is listed)...
+    let images = api::image_service_client::ImageServiceClient::new(channel.clone())
+        .list_images(api::ListImagesRequest::default())
         .await
-        .unwrap_err();
-    // Served by scute (its own message), not rejected as an unknown service.
-    assert!(
-        err.message().starts_with("ImageFsInfo is not implemented yet"),
-        "{err:?}"
-    );
+        .unwrap()
+        .into_inner()
+        .images;
+    assert!(images
+        .iter()
+        .any(|i| i.repo_tags.contains(&"registry.k8s.io/pause:3.10".to_string())));
+    // ...and RuntimeService does not.
     let err = api::runtime_service_client::RuntimeServiceClient::new(channel)
         .version(api::VersionRequest::default())
         .await
