@@ -90,29 +90,45 @@ impl ContentStore {
         Ok(())
     }
 
-    /// Opens (or resumes) the ingest file of `digest`. The bytes already there are handed back
-    /// through `resume` so the caller can re-hash and re-feed them without downloading them again.
-    pub fn open_ingest(&self, digest: &Digest) -> Result<Ingest, ContentError> {
+    /// Opens (or resumes) the ingest file of `digest`, locked (flock) for this writer alone: a
+    /// cancelled pull's unpacker may still be appending its last buffered chunks, and a retry must
+    /// wait for it rather than interleave. Blocks while another writer holds it: call from a
+    /// blocking thread. Returns None when the blob was committed meanwhile.
+    pub fn open_ingest(&self, digest: &Digest) -> Result<Option<Ingest>, ContentError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
         let path = self.ingest_path(digest);
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        let file = loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true)
+                .open(&path)
+                .map_err(io_err(&path))?;
+            // SAFETY: flock on a valid fd we own; it is released when the file is closed.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(io_err(&path)(io::Error::last_os_error()));
+            }
+            // The previous holder may have committed (renamed) or discarded the file we opened:
+            // only the inode still at `path` is the ingest.
+            let held = file.metadata().map_err(io_err(&path))?;
+            match fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => break file,
+                _ => continue,
+            }
+        };
+        if self.has(digest) {
+            let _ = fs::remove_file(&path);
+            return Ok(None);
+        }
         let resumed = file.metadata().map_err(io_err(&path))?.len();
-        Ok(Ingest {
+        Ok(Some(Ingest {
             path,
             file,
             resumed,
             written: resumed,
             hasher: Sha256::new(),
-        })
-    }
-
-    /// Drops a partial download (its bytes were wrong, or the registry restarted from zero).
-    pub fn discard_ingest(&self, digest: &Digest) {
-        let _ = fs::remove_file(self.ingest_path(digest));
+        }))
     }
 
     pub fn delete(&self, digest: &Digest) -> Result<(), ContentError> {
@@ -169,6 +185,16 @@ impl Ingest {
         File::open(&self.path).map_err(io_err(&self.path))
     }
 
+    /// Empties the ingest (its bytes were wrong, or the registry restarted from zero), keeping
+    /// the lock.
+    pub fn truncate(mut self) -> Result<Ingest, ContentError> {
+        self.file.set_len(0).map_err(io_err(&self.path))?;
+        self.resumed = 0;
+        self.written = 0;
+        self.hasher = Sha256::new();
+        Ok(self)
+    }
+
     pub fn append(&mut self, chunk: &[u8]) -> Result<(), ContentError> {
         self.file.write_all(chunk).map_err(io_err(&self.path))?;
         self.hasher.update(chunk);
@@ -209,11 +235,11 @@ mod tests {
         assert!(!store.has(&d));
 
         // First attempt stops half way.
-        let mut ingest = store.open_ingest(&d).unwrap();
+        let mut ingest = store.open_ingest(&d).unwrap().unwrap();
         ingest.append(&data[..5]).unwrap();
         drop(ingest);
         // The retry resumes after the 5 bytes on disk.
-        let mut ingest = store.open_ingest(&d).unwrap();
+        let mut ingest = store.open_ingest(&d).unwrap().unwrap();
         assert_eq!(ingest.resumed(), 5);
         let mut replay = String::new();
         ingest.replay().unwrap().read_to_string(&mut replay).unwrap();
@@ -233,13 +259,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = ContentStore::open(dir.path()).unwrap();
         let d = Digest::of(b"right");
-        let mut ingest = store.open_ingest(&d).unwrap();
+        let mut ingest = store.open_ingest(&d).unwrap().unwrap();
         ingest.append(b"wrong").unwrap();
         assert!(matches!(
             ingest.commit(&store, &d),
             Err(ContentError::DigestMismatch { .. })
         ));
         assert!(!store.has(&d));
+        assert!(!store.ingest_path(&d).exists());
+    }
+
+    #[test]
+    fn a_second_writer_waits_and_sees_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(ContentStore::open(dir.path()).unwrap());
+        let d = Digest::of(b"whole");
+        let mut first = store.open_ingest(&d).unwrap().unwrap();
+        first.append(b"who").unwrap();
+        let (s2, d2) = (store.clone(), d.clone());
+        let second = std::thread::spawn(move || s2.open_ingest(&d2).unwrap().is_none());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!second.is_finished(), "the second writer must wait for the lock");
+        first.append(b"le").unwrap();
+        first.commit(&store, &d).unwrap();
+        assert!(
+            second.join().unwrap(),
+            "after the commit there is nothing left to write"
+        );
+        assert_eq!(store.read(&d).unwrap(), b"whole");
         assert!(!store.ingest_path(&d).exists());
     }
 }

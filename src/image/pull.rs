@@ -193,6 +193,17 @@ impl ImageManager {
         Ok(())
     }
 
+    async fn open_ingest(&self, digest: &Digest) -> Result<Option<Ingest>, PullError> {
+        let content = self.content_root.clone();
+        let digest = digest.clone();
+        tokio::task::spawn_blocking(move || {
+            super::content::ContentStore::open(&content).and_then(|c| c.open_ingest(&digest))
+        })
+        .await
+        .map_err(|e| PullError::Remote(e.to_string()))?
+        .map_err(|e: ContentError| PullError::Remote(e.to_string()))
+    }
+
     fn layer_ready(&self, layer: &LayerRecord) -> bool {
         self.snapshots.exists(&layer.chain_id)
             && self
@@ -212,21 +223,26 @@ impl ImageManager {
         decoder: Decoder,
         dest: std::path::PathBuf,
     ) -> Result<u64, PullError> {
-        let content_err = |e: ContentError| PullError::Remote(e.to_string());
-        let mut ingest = self.content.open_ingest(&layer.digest).map_err(content_err)?;
+        let Some(mut ingest) = self.open_ingest(&layer.digest).await? else {
+            // Another writer finished this blob while we waited for its lock.
+            let blob = self.content.blob_path(&layer.digest);
+            let expected = layer.clone();
+            return tokio::task::spawn_blocking(move || {
+                let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
+                unpack_verified(file, decoder, &dest, &expected)
+            })
+            .await
+            .map_err(|e| PullError::Remote(e.to_string()))?;
+        };
         if ingest.resumed() >= layer.size {
             // A complete-but-uncommitted or oversized leftover: start over.
-            drop(ingest);
-            self.content.discard_ingest(&layer.digest);
-            ingest = self.content.open_ingest(&layer.digest).map_err(content_err)?;
+            ingest = ingest.truncate().map_err(|e| PullError::Remote(e.to_string()))?;
         }
         tracing::debug!(layer = %layer.digest, size = layer.size, offset = ingest.resumed(), "downloading layer");
         let (stream, resumed) = remote.blob_stream(descriptor, ingest.resumed()).await?;
         if ingest.resumed() > 0 && !resumed {
             tracing::debug!(layer = %layer.digest, "registry ignored the Range request; downloading from zero");
-            drop(ingest);
-            self.content.discard_ingest(&layer.digest);
-            ingest = self.content.open_ingest(&layer.digest).map_err(content_err)?;
+            ingest = ingest.truncate().map_err(|e| PullError::Remote(e.to_string()))?;
         } else if resumed {
             tracing::info!(layer = %layer.digest, offset = ingest.resumed(), "resuming layer download");
         }
