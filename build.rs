@@ -1,5 +1,6 @@
 // 1. Compiles proto/runtime/v1/api.proto (CRI v1) into tonic server and client code. protoc comes
 //    from protoc-bin-vendored so a fresh machine needs no system protobuf package.
+//    proto/shim/v1/shim.proto (daemon <-> scute-shim) becomes messages only.
 // 2. Builds the static pause binary (images/pause) that the daemon embeds as its pause image, so
 //    a node can run pods with no registry at all. It is built by a nested cargo into its own
 //    target dir (no lock shared with this build), with crt-static for this target only.
@@ -15,6 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .compile_protos(&["proto/runtime/v1/api.proto"], &["proto"])?;
+    // The daemon <-> shim protocol: messages only (framed by src/shim_client, not gRPC).
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .compile_protos(&["proto/shim/v1/shim.proto"], &["proto"])?;
 
     build_pause()?;
     Ok(())

@@ -15,6 +15,7 @@ packages=(
 	apache2-utils               # htpasswd -B: bcrypt users for the registry's basic auth (registry.sh --htpasswd)
 	containernetworking-plugins # CNI bridge, loopback, host-local, portmap
 	iproute2
+	iputils-ping                # pod-to-pod reachability in tests
 	iptables
 	curl
 	ca-certificates

@@ -255,7 +255,7 @@ pub fn check_kernel() -> Finding {
 }
 
 pub fn check_cni(config: &Config) -> Finding {
-    match cni::probe(&config.cni) {
+    match cni::CniManager::new(&config.cni, &config.state).network() {
         Ok(net) => finding(
             "cni",
             Verdict::Ok,

@@ -16,6 +16,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::config::Config;
 use crate::image::reference::ImageRef;
 use crate::image::{ImageManager, ImageManagerConfig};
+use crate::sandbox::manager::SandboxManager;
 use crate::server::{image_service_server, runtime_service_server, Cri, CriService};
 use crate::store::Store;
 
@@ -50,12 +51,23 @@ pub async fn serve(config: Config) -> Result<()> {
         .await
         .context("importing the embedded pause image")?;
 
+    let shim_binary = std::env::current_exe()
+        .context("locating the scute binary")?
+        .with_file_name("scute-shim");
+    let sandboxes = Arc::new(SandboxManager::new(
+        config.clone(),
+        store.clone(),
+        images.clone(),
+        shim_binary,
+    ));
+    sandboxes.recover().await.context("recovering pod sandboxes")?;
+
     let cri = Arc::new(Cri {
         config: config.clone(),
         store: store.clone(),
         images,
+        sandboxes,
         started_at: SystemTime::now(),
-        network: Default::default(),
         runtime_readiness: Default::default(),
     });
     let service = CriService::new(cri);

@@ -11,12 +11,14 @@ pub mod api {
 pub mod check;
 pub mod client;
 pub mod config;
+pub mod container;
 pub mod daemon;
 pub mod image;
 pub mod keyed_lock;
 pub mod logging;
 pub mod sandbox;
 pub mod server;
+pub mod shim_client;
 pub mod snapshot;
 pub mod store;
 

@@ -1,3 +1,8 @@
-//! Pod sandboxes. So far: the CNI network readiness probe behind the NetworkReady condition.
+//! Pod sandboxes: lifecycle (manager) and records, per-pod files, pinned network namespaces
+//! (netns) and CNI (cni), run through the per-pod shim.
 
 pub mod cni;
+pub mod files;
+pub mod manager;
+pub mod netns;
+pub mod record;

@@ -14,6 +14,11 @@ mod image_service;
 mod image_status;
 mod runtime_config;
 mod runtime_service;
+mod sandbox_list;
+mod sandbox_remove;
+mod sandbox_run;
+mod sandbox_status;
+mod sandbox_stop;
 mod status;
 mod update_runtime_config;
 mod version;
@@ -27,6 +32,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::image::{ImageError, ImageManager, PullError};
+use crate::sandbox::manager::{SandboxError, SandboxManager};
 use crate::store::{self, Store};
 
 pub use image_service::image_service_server;
@@ -38,9 +44,8 @@ pub struct Cri {
     pub config: Arc<Config>,
     pub store: Arc<Store>,
     pub images: Arc<ImageManager>,
+    pub sandboxes: Arc<SandboxManager>,
     pub started_at: SystemTime,
-    /// Last CNI config probe (NetworkReady), revalidated by file stamps.
-    pub network: crate::sandbox::cni::ProbeCache,
     /// Last node check (RuntimeReady), re-run every few seconds.
     pub runtime_readiness: crate::check::RuntimeReadiness,
 }
@@ -78,6 +83,8 @@ pub enum RpcError {
     Store(#[from] store::Error),
     #[error(transparent)]
     Image(#[from] ImageError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     #[error("{0}")]
     Internal(String),
 }
@@ -96,34 +103,52 @@ impl From<RpcError> for Status {
             RpcError::NotFound(_) => Code::NotFound,
             RpcError::FailedPrecondition(_) => Code::FailedPrecondition,
             RpcError::Unimplemented { .. } => Code::Unimplemented,
-            RpcError::Store(e) => match e {
-                store::Error::NotFound { .. } => Code::NotFound,
-                store::Error::Ambiguous { .. } => Code::InvalidArgument,
-                store::Error::NameTaken { .. } | store::Error::AlreadyExists { .. } => Code::AlreadyExists,
-                store::Error::SchemaTooNew { .. }
-                | store::Error::Locked { .. }
-                | store::Error::Corrupt { .. }
-                | store::Error::BadSetting { .. }
-                | store::Error::Db(_) => Code::Internal,
-            },
+            RpcError::Store(e) => store_code(e),
             RpcError::DeadlineExceeded(_) => Code::DeadlineExceeded,
-            RpcError::Image(e) => match e {
-                ImageError::InvalidReference(_) => Code::InvalidArgument,
-                ImageError::NotFound(_) => Code::NotFound,
-                ImageError::Pull { source, .. } => match source {
-                    PullError::NotFound(_) | PullError::NoPlatform(_) => Code::NotFound,
-                    PullError::Unauthorized(_) => Code::Unauthenticated,
-                    // The registry or the network may recover: the kubelet retries with backoff.
-                    PullError::Remote(_) => Code::Unavailable,
-                    PullError::Integrity(_) | PullError::Hostile { .. } => Code::FailedPrecondition,
-                    PullError::Config(_) => Code::FailedPrecondition,
-                    PullError::Unsupported(_) => Code::InvalidArgument,
-                },
-                ImageError::Store(_) | ImageError::Content(_) | ImageError::Io(_) => Code::Internal,
+            RpcError::Sandbox(e) => match e {
+                SandboxError::InvalidArgument(_) => Code::InvalidArgument,
+                SandboxError::NotFound(_) => Code::NotFound,
+                SandboxError::AlreadyExists(_) => Code::AlreadyExists,
+                SandboxError::FailedPrecondition(_) => Code::FailedPrecondition,
+                SandboxError::Failed(_) => Code::Internal,
+                SandboxError::Store(e) => store_code(e),
+                SandboxError::Image(e) => image_code(e),
             },
+            RpcError::Image(e) => image_code(e),
             RpcError::Internal(_) => Code::Internal,
         };
         Status::new(code, err.to_string())
+    }
+}
+
+fn image_code(e: &ImageError) -> Code {
+    match e {
+        ImageError::InvalidReference(_) => Code::InvalidArgument,
+        ImageError::NotFound(_) => Code::NotFound,
+        ImageError::Pull { source, .. } => match source {
+            PullError::NotFound(_) | PullError::NoPlatform(_) => Code::NotFound,
+            PullError::Unauthorized(_) => Code::Unauthenticated,
+            // The registry or the network may recover: the kubelet retries with backoff.
+            PullError::Remote(_) => Code::Unavailable,
+            PullError::Integrity(_) | PullError::Hostile { .. } => Code::FailedPrecondition,
+            PullError::Config(_) => Code::FailedPrecondition,
+            PullError::Unsupported(_) => Code::InvalidArgument,
+        },
+        ImageError::Store(e) => store_code(e),
+        ImageError::Content(_) | ImageError::Io(_) => Code::Internal,
+    }
+}
+
+fn store_code(e: &store::Error) -> Code {
+    match e {
+        store::Error::NotFound { .. } => Code::NotFound,
+        store::Error::Ambiguous { .. } => Code::InvalidArgument,
+        store::Error::NameTaken { .. } | store::Error::AlreadyExists { .. } => Code::AlreadyExists,
+        store::Error::SchemaTooNew { .. }
+        | store::Error::Locked { .. }
+        | store::Error::Corrupt { .. }
+        | store::Error::BadSetting { .. }
+        | store::Error::Db(_) => Code::Internal,
     }
 }
 

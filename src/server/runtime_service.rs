@@ -7,7 +7,6 @@ use tonic::{Request, Response, Status};
 use super::{instrument, unimplemented, CriService};
 use crate::api::{self, runtime_service_server::RuntimeService};
 
-const SANDBOXES: &str = "pod sandboxes: shim, pause, namespaces and CNI";
 const CONTAINERS: &str = "container lifecycle through the shim";
 const STREAMING: &str = "exec/attach/port-forward streaming";
 const STATS: &str = "stats, events, metrics and streaming lists";
@@ -25,37 +24,37 @@ impl RuntimeService for CriService {
 
     async fn run_pod_sandbox(
         &self,
-        _request: Request<api::RunPodSandboxRequest>,
+        request: Request<api::RunPodSandboxRequest>,
     ) -> Result<Response<api::RunPodSandboxResponse>, Status> {
-        instrument("RunPodSandbox", unimplemented("RunPodSandbox", SANDBOXES)).await
+        instrument("RunPodSandbox", self.cri.run_pod_sandbox(request.into_inner())).await
     }
 
     async fn stop_pod_sandbox(
         &self,
-        _request: Request<api::StopPodSandboxRequest>,
+        request: Request<api::StopPodSandboxRequest>,
     ) -> Result<Response<api::StopPodSandboxResponse>, Status> {
-        instrument("StopPodSandbox", unimplemented("StopPodSandbox", SANDBOXES)).await
+        instrument("StopPodSandbox", self.cri.stop_pod_sandbox(request.into_inner())).await
     }
 
     async fn remove_pod_sandbox(
         &self,
-        _request: Request<api::RemovePodSandboxRequest>,
+        request: Request<api::RemovePodSandboxRequest>,
     ) -> Result<Response<api::RemovePodSandboxResponse>, Status> {
-        instrument("RemovePodSandbox", unimplemented("RemovePodSandbox", SANDBOXES)).await
+        instrument("RemovePodSandbox", self.cri.remove_pod_sandbox(request.into_inner())).await
     }
 
     async fn pod_sandbox_status(
         &self,
-        _request: Request<api::PodSandboxStatusRequest>,
+        request: Request<api::PodSandboxStatusRequest>,
     ) -> Result<Response<api::PodSandboxStatusResponse>, Status> {
-        instrument("PodSandboxStatus", unimplemented("PodSandboxStatus", SANDBOXES)).await
+        instrument("PodSandboxStatus", self.cri.pod_sandbox_status(request.into_inner())).await
     }
 
     async fn list_pod_sandbox(
         &self,
-        _request: Request<api::ListPodSandboxRequest>,
+        request: Request<api::ListPodSandboxRequest>,
     ) -> Result<Response<api::ListPodSandboxResponse>, Status> {
-        instrument("ListPodSandbox", unimplemented("ListPodSandbox", SANDBOXES)).await
+        instrument("ListPodSandbox", self.cri.list_pod_sandbox(request.into_inner())).await
     }
 
     type StreamPodSandboxesStream = BoxStream<api::StreamPodSandboxesResponse>;

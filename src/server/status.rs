@@ -21,7 +21,7 @@ impl Cri {
             None => condition(RUNTIME_READY, true, "", ""),
             Some(problem) => condition(RUNTIME_READY, false, REASON_RUNTIME_NOT_READY, &problem.detail),
         };
-        let network_probe = self.network.probe(&self.config.cni);
+        let network_probe = self.sandboxes.cni().network();
         let network = match &network_probe {
             Ok(_) => condition(NETWORK_READY, true, "", ""),
             Err(e) => condition(NETWORK_READY, false, cni::REASON_NOT_READY, &e.to_string()),

@@ -131,6 +131,46 @@ impl Snapshotter {
     }
 }
 
+/// Mounts an overlay of layer snapshots (top first) with a writable upper layer at `target`.
+/// libcontainer creates the mount points (/proc, /dev, /sys) a minimal image lacks in the rootfs
+/// before it makes the root read-only, so even a read-only container needs an upper dir.
+pub fn mount_overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    if lowers.is_empty() {
+        return Err(io::Error::other("an image with no layers has no root filesystem"));
+    }
+    for dir in [upper, work, target] {
+        fs::create_dir_all(dir)?;
+    }
+    let lowerdir = lowers
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let data = format!(
+        "lowerdir={lowerdir},upperdir={},workdir={}",
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(data.as_str()),
+    )
+    .map_err(io::Error::from)
+}
+
+/// Unmounts a view; not mounted (or missing) is fine.
+pub fn unmount_view(target: &Path) -> io::Result<()> {
+    use nix::mount::{umount2, MntFlags};
+    if crate::sandbox::files::is_mountpoint(target) {
+        umount2(target, MntFlags::MNT_DETACH)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

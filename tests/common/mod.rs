@@ -95,6 +95,7 @@ impl Daemon {
     }
 
     fn spawn(&mut self) {
+        ensure_shim_built();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -264,6 +265,21 @@ pub fn imagekit() -> PathBuf {
             repo_root().join("target/debug/scute-imagekit")
         })
         .clone()
+}
+
+/// The daemon runs `scute-shim` from its own directory: make sure it is built there too
+/// (`cargo test -p scute` alone would not build another package's binary).
+pub fn ensure_shim_built() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "scute-shim"])
+            .current_dir(repo_root())
+            .status()
+            .expect("run cargo build -p scute-shim");
+        assert!(status.success(), "building scute-shim failed");
+    });
 }
 
 /// Runs the image kit, panicking with its output on failure; returns stdout.

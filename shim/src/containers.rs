@@ -1,0 +1,734 @@
+//! The shim's containers: what the shim knows of each (pid, status, times, exit) and the
+//! libcontainer calls that create, start, signal and delete them.
+//!
+//! libcontainer never runs in the shim process itself but in a short-lived forked helper (see
+//! `in_helper`): its code and heap stay out of the long-lived shim (its RSS), a panic or leak in
+//! it cannot take the shim down, and the container's init still becomes the shim's child (the
+//! helper is not a subreaper, so when libcontainer's intermediate process exits, init is
+//! reparented to the shim, which is).
+//!
+//! ```text
+//!   create ──▶ Created ──start──▶ Running ──(reaped)──▶ Stopped ──delete──▶ (gone)
+//!                 │                                        ▲
+//!                 └────────────────(reaped)────────────────┘
+//! ```
+//! Reaping happens only between requests (the event loop and the start of each request), never
+//! while libcontainer runs: it forks and waits for its own helper processes.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::Container;
+use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::syscall::syscall::SyscallType;
+use libcontainer::workload::default::DefaultExecutor;
+use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::exits::{self, exit_of, now_ns, ExitRecord};
+use crate::pb::{self, ErrorCode};
+
+/// How long DeleteContainer waits for a SIGKILLed container to be reaped.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+/// How long one libcontainer operation may take before its helper is killed.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(90);
+/// Longest error message a helper sends back (the pipe must hold the whole answer).
+const MAX_HELPER_MESSAGE: usize = 16 << 10;
+
+/// A request's failure, sent to the daemon as `pb::Error`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+    fn not_found(id: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("no container {id:?} in this shim"))
+    }
+    fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+    fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+/// An error with its whole source chain, for messages a person can act on.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let next = e.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = e.source();
+    }
+    s
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Created,
+    Running,
+    Stopped(ExitRecord),
+}
+
+struct Entry {
+    pid: i32,
+    status: Status,
+    created_at_ns: i64,
+    started_at_ns: i64,
+}
+
+pub struct Containers {
+    /// libcontainer's root (`<state-dir>/containers`).
+    root: PathBuf,
+    /// The log file's descriptor: the only one (besides stdio) a libcontainer helper keeps.
+    log_fd: RawFd,
+    /// Exit records (`<state-dir>/exits`).
+    exits_dir: PathBuf,
+    table: BTreeMap<String, Entry>,
+}
+
+/// The container ids libcontainer accepts, which are also safe as file names.
+pub fn validate_id(id: &str) -> Result<(), ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= 255
+        && id != "."
+        && id != ".."
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || "_+-.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "invalid container id {id:?}: use 1-255 of A-Z a-z 0-9 _ + - ."
+        )))
+    }
+}
+
+fn dev_null() -> Result<File, ApiError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| ApiError::internal(format!("opening /dev/null: {e}")))
+}
+
+impl Containers {
+    pub fn new(root: PathBuf, exits_dir: PathBuf, log_fd: RawFd) -> Self {
+        Containers {
+            root,
+            log_fd,
+            exits_dir,
+            table: BTreeMap::new(),
+        }
+    }
+
+    /// Where libcontainer's own messages (also those of the container's init before it execs) go.
+    fn log_path(&self) -> PathBuf {
+        self.root.parent().unwrap_or(Path::new("/")).join("shim.log")
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn create(&mut self, id: &str, bundle: &str, create_only: bool) -> Result<u32, ApiError> {
+        validate_id(id)?;
+        if self.table.contains_key(id) {
+            return Err(ApiError::new(
+                ErrorCode::AlreadyExists,
+                format!("container {id:?} exists already in this shim"),
+            ));
+        }
+        let bundle = Path::new(bundle);
+        if !bundle.is_absolute() {
+            return Err(ApiError::invalid(format!("bundle {bundle:?} is not an absolute path")));
+        }
+        if !bundle.join("config.json").is_file() {
+            return Err(ApiError::invalid(format!("bundle {bundle:?} has no config.json")));
+        }
+        self.remove_leftover(id);
+
+        let root = self.root.clone();
+        let log = self.log_path();
+        let pid = in_helper(&format!("creating container {id}"), self.log_fd, || {
+            let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
+                .with_executor(ShimExecutor)
+                .with_root_path(&root)
+                .map_err(|e| ApiError::internal(chain(&e)))?
+                .with_stdin(dev_null()?)
+                .with_stdout(dev_null()?)
+                .with_stderr(dev_null()?)
+                .validate_id()
+                .map_err(|e| ApiError::invalid(chain(&e)))?
+                .as_init(bundle)
+                .with_systemd(false)
+                .with_detach(true)
+                .build()
+                .map_err(|e| {
+                    ApiError::internal(format!("creating container {id}: {} (details in {log:?})", chain(&e)))
+                })?;
+            let Some(pid) = container.pid() else {
+                let _ = container.delete(true);
+                return Err(ApiError::internal(format!("container {id}: libcontainer gave no pid")));
+            };
+            Ok(pid.as_raw())
+        });
+        let pid = match pid {
+            Ok(pid) => pid,
+            Err(e) => {
+                // libcontainer cleans up after itself, unless its helper died or timed out.
+                self.remove_leftover(id);
+                return Err(e);
+            }
+        };
+        tracing::info!(id, pid, ?bundle, "container created");
+        self.table.insert(
+            id.to_owned(),
+            Entry {
+                pid,
+                status: Status::Created,
+                created_at_ns: now_ns(),
+                started_at_ns: 0,
+            },
+        );
+        if !create_only {
+            if let Err(e) = self.start(id) {
+                if let Err(del) = self.delete(id) {
+                    tracing::error!(id, error = %del.message, "removing a container that failed to start");
+                }
+                return Err(e);
+            }
+        }
+        Ok(pid as u32)
+    }
+
+    pub fn start(&mut self, id: &str) -> Result<(), ApiError> {
+        let entry = self.table.get_mut(id).ok_or_else(|| ApiError::not_found(id))?;
+        if entry.status != Status::Created {
+            return Err(ApiError::new(
+                ErrorCode::FailedPrecondition,
+                format!(
+                    "container {id} is {:?}, only a created container can start",
+                    entry.status
+                ),
+            ));
+        }
+        let dir = self.root.join(id);
+        let log = self.log_path();
+        in_helper(&format!("starting container {id}"), self.log_fd, || {
+            Container::load(dir)
+                .and_then(|mut c| c.start())
+                .map_err(|e| ApiError::internal(format!("starting container {id}: {} (details in {log:?})", chain(&e))))
+        })?;
+        let entry = self.table.get_mut(id).ok_or_else(|| ApiError::not_found(id))?;
+        entry.status = Status::Running;
+        entry.started_at_ns = now_ns();
+        tracing::info!(id, pid = entry.pid, "container started");
+        Ok(())
+    }
+
+    pub fn state(&self, id: &str) -> Result<pb::StateResponse, ApiError> {
+        let e = self.table.get(id).ok_or_else(|| ApiError::not_found(id))?;
+        let (status, exit) = match e.status {
+            Status::Created => (pb::ContainerStatus::Created, None),
+            Status::Running => (pb::ContainerStatus::Running, None),
+            Status::Stopped(rec) => (pb::ContainerStatus::Stopped, Some(rec)),
+        };
+        Ok(pb::StateResponse {
+            pid: e.pid as u32,
+            status: status as i32,
+            exit_code: exit.map(|r| r.exit_code),
+            finished_at_ns: exit.map(|r| r.finished_at_ns),
+            created_at_ns: e.created_at_ns,
+            started_at_ns: e.started_at_ns,
+        })
+    }
+
+    pub fn kill(&mut self, id: &str, signal: u32, all: bool) -> Result<(), ApiError> {
+        let entry = self.table.get_mut(id).ok_or_else(|| ApiError::not_found(id))?;
+        let sig = i32::try_from(signal)
+            .ok()
+            .filter(|s| (1..=libc::SIGRTMAX()).contains(s))
+            .ok_or_else(|| ApiError::invalid(format!("invalid signal {signal}")))?;
+        let stopped = matches!(entry.status, Status::Stopped(_));
+        if all {
+            // Every process in the container's cgroup (the freezer keeps them from forking away).
+            let nsig = Signal::try_from(sig)
+                .map_err(|_| ApiError::invalid(format!("signal {sig} cannot be sent to all processes")))?;
+            let dir = self.root.join(id);
+            let killed = in_helper(&format!("killing container {id}"), self.log_fd, || {
+                Container::load(dir)
+                    .and_then(|mut c| c.kill(nsig, true))
+                    .map_err(|e| ApiError::internal(chain(&e)))
+            });
+            match killed {
+                Ok(()) => Ok(()),
+                Err(e) if stopped => {
+                    tracing::debug!(id, error = %e.message, "kill --all of a stopped container");
+                    Ok(())
+                }
+                Err(e) => Err(ApiError::internal(format!("killing container {id}: {}", e.message))),
+            }
+        } else if stopped {
+            // Already reaped: its pid may belong to someone else now.
+            Ok(())
+        } else {
+            // Not reaped yet, so the pid is still ours (at worst a zombie). libc::kill because
+            // nix's Signal has no real-time signals.
+            if unsafe { libc::kill(entry.pid, sig) } == 0 || Errno::last() == Errno::ESRCH {
+                Ok(())
+            } else {
+                Err(ApiError::internal(format!(
+                    "signal {sig} to container {id}: {}",
+                    std::io::Error::last_os_error()
+                )))
+            }
+        }
+    }
+
+    /// SIGKILLs the container if needed, waits for it, removes it everywhere. Unknown ids are OK.
+    pub fn delete(&mut self, id: &str) -> Result<(), ApiError> {
+        validate_id(id)?;
+        let Some(entry) = self.table.get_mut(id) else {
+            self.remove_leftover(id);
+            let _ = exits::remove(&self.exits_dir, id);
+            return Ok(());
+        };
+        let dir = self.root.join(id);
+        if !matches!(entry.status, Status::Stopped(_)) {
+            let pid = entry.pid;
+            let killed = in_helper(&format!("killing container {id}"), self.log_fd, || {
+                Container::load(dir.clone())
+                    .and_then(|mut c| c.kill(Signal::SIGKILL, true))
+                    .map_err(|e| ApiError::internal(chain(&e)))
+            });
+            if let Err(e) = killed {
+                tracing::warn!(id, error = %e.message, "kill --all failed, killing init only");
+            }
+            // Not reaped yet, so the pid is still the container's.
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            if !self.wait_for_exit(pid, KILL_WAIT) {
+                return Err(ApiError::internal(format!(
+                    "container {id} (pid {pid}) did not exit within {KILL_WAIT:?} of SIGKILL"
+                )));
+            }
+        }
+        if dir.exists() {
+            in_helper(&format!("deleting container {id}"), self.log_fd, || {
+                Container::load(dir.clone())
+                    .and_then(|mut c| c.delete(true))
+                    .map_err(|e| ApiError::internal(format!("deleting container {id}: {}", chain(&e))))
+            })?;
+        }
+        self.table.remove(id);
+        exits::remove(&self.exits_dir, id)
+            .map_err(|e| ApiError::internal(format!("removing exit file of {id}: {e}")))?;
+        tracing::info!(id, "container deleted");
+        Ok(())
+    }
+
+    /// Deletes every container (Shutdown). Tries all of them, then reports the first failure.
+    pub fn delete_all(&mut self) -> Result<(), ApiError> {
+        let mut ids: Vec<String> = self.table.keys().cloned().collect();
+        // And whatever libcontainer holds that the table does not (a helper that died mid-way).
+        if let Ok(dir) = fs::read_dir(&self.root) {
+            for name in dir.flatten().filter_map(|e| e.file_name().into_string().ok()) {
+                if !self.table.contains_key(&name) && validate_id(&name).is_ok() {
+                    ids.push(name);
+                }
+            }
+        }
+        let mut first = None;
+        for id in ids {
+            if let Err(e) = self.delete(&id) {
+                tracing::error!(id, error = %e.message, "delete during shutdown");
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Reaps every child that has exited (containers' init processes and orphans that were
+    /// reparented to the shim as subreaper), recording the containers' exits. Never blocks.
+    pub fn reap(&mut self) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(status) => {
+                    if let Some((pid, code)) = exit_of(status) {
+                        self.on_exit(pid, code);
+                    }
+                }
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "waitpid");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits (bounded) for one of our children to exit and records it. True once it has.
+    fn wait_for_exit(&mut self, pid: i32, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+                Ok(status) => {
+                    if let Some((pid, code)) = exit_of(status) {
+                        self.on_exit(pid, code);
+                        return true;
+                    }
+                }
+                Err(Errno::ECHILD) => {
+                    // Not our child (should not happen: we are its subreaper). It is gone once
+                    // /proc no longer has it; its exit code is lost.
+                    if !Path::new(&format!("/proc/{pid}")).exists() {
+                        tracing::warn!(pid, "container exited but was not our child; exit code unknown");
+                        self.on_exit(pid, 255);
+                        return true;
+                    }
+                }
+                Err(e) => tracing::error!(pid, error = %e, "waitpid"),
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn on_exit(&mut self, pid: i32, exit_code: i32) {
+        let Some((id, entry)) = self
+            .table
+            .iter_mut()
+            .find(|(_, e)| e.pid == pid && !matches!(e.status, Status::Stopped(_)))
+        else {
+            tracing::debug!(pid, exit_code, "reaped a process that is no container's init");
+            return;
+        };
+        let record = ExitRecord {
+            exit_code,
+            finished_at_ns: now_ns(),
+        };
+        // Durable before anyone can see it.
+        if let Err(e) = exits::write(&self.exits_dir, id, &record) {
+            tracing::error!(id, error = %e, "writing the exit file failed; exit kept in memory only");
+        }
+        entry.status = Status::Stopped(record);
+        tracing::info!(id, pid, exit_code, "container exited");
+    }
+
+    /// Removes what a failed or interrupted earlier attempt left in libcontainer's root.
+    fn remove_leftover(&self, id: &str) {
+        let dir = self.root.join(id);
+        if !dir.exists() {
+            return;
+        }
+        tracing::warn!(id, ?dir, "removing leftover container state");
+        let deleted = in_helper(&format!("deleting leftover container {id}"), self.log_fd, || {
+            Container::load(dir.clone())
+                .and_then(|mut c| c.delete(true))
+                .map_err(|e| ApiError::internal(chain(&e)))
+        });
+        if let Err(e) = deleted {
+            tracing::warn!(id, error = %e.message, "libcontainer delete of leftover failed");
+            let _ = fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// What a helper sends back: the result, JSON, in one write to a pipe.
+#[derive(Serialize, Deserialize)]
+enum HelperAnswer<T> {
+    Ok(T),
+    Err { code: i32, message: String },
+}
+
+/// Runs `f` (libcontainer work) in a forked child of the shim and returns its result. The shim is
+/// single-threaded, so the child is a faithful copy; it exits right after answering.
+fn in_helper<T, F>(what: &str, keep_fd: RawFd, f: F) -> Result<T, ApiError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Result<T, ApiError>,
+{
+    let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| ApiError::internal(format!("{what}: pipe: {e}")))?;
+    match unsafe { fork() } {
+        Err(e) => Err(ApiError::internal(format!("{what}: fork: {e}"))),
+        Ok(ForkResult::Child) => {
+            drop(rx);
+            // The shim's sockets and signalfd must not live on in what libcontainer starts (a
+            // created container's init keeps its descriptors until it execs, maybe long after
+            // the shim is gone, and would keep the shim's socket answering connects).
+            close_fds_except(&[tx.as_raw_fd(), keep_fd]);
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"shim-helper".as_ptr(), 0, 0, 0) };
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+                Err(ApiError::internal(format!(
+                    "{what}: libcontainer panicked (see shim.log)"
+                )))
+            });
+            let answer = match result {
+                Ok(v) => HelperAnswer::Ok(v),
+                Err(mut e) => {
+                    if e.message.len() > MAX_HELPER_MESSAGE {
+                        let mut cut = MAX_HELPER_MESSAGE;
+                        while !e.message.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        e.message.truncate(cut);
+                    }
+                    HelperAnswer::Err {
+                        code: e.code as i32,
+                        message: e.message,
+                    }
+                }
+            };
+            let body = serde_json::to_vec(&answer).unwrap_or_default();
+            let _ = File::from(tx).write_all(&body);
+            // No destructors, no atexit handlers: this is a copy of the shim.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(tx);
+            let status = wait_helper(child, what);
+            // Only after the helper exited: processes it started (a created container's init,
+            // waiting for its start) may still hold the pipe's write end, so EOF may never come.
+            read_available(rx)
+                .ok()
+                .filter(|b| !b.is_empty())
+                .and_then(|b| serde_json::from_slice::<HelperAnswer<T>>(&b).ok())
+                .map(|answer| match answer {
+                    HelperAnswer::Ok(v) => Ok(v),
+                    HelperAnswer::Err { code, message } => Err(ApiError::new(
+                        ErrorCode::try_from(code).unwrap_or(ErrorCode::Internal),
+                        message,
+                    )),
+                })
+                .unwrap_or_else(|| {
+                    Err(ApiError::internal(format!(
+                        "{what}: libcontainer helper ended without an answer ({status:?}); see shim.log"
+                    )))
+                })
+        }
+    }
+}
+
+/// Waits for a helper, killing it after HELPER_TIMEOUT. Only this pid: other children are the
+/// event loop's to reap.
+fn wait_helper(child: Pid, what: &str) -> Option<WaitStatus> {
+    let deadline = Instant::now() + HELPER_TIMEOUT;
+    let mut nap = Duration::from_micros(100);
+    let mut killed = false;
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+            Ok(status) if exit_of(status).is_some() => return Some(status),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "waiting for the libcontainer helper");
+                return None;
+            }
+        }
+        if !killed && Instant::now() >= deadline {
+            tracing::error!(what, "libcontainer helper timed out, killing it");
+            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+            killed = true;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(5));
+    }
+}
+
+fn close_fds_except(keep: &[RawFd]) {
+    let fds: Vec<RawFd> = match fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+        Err(_) => return,
+    };
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+fn read_available(rx: OwnedFd) -> std::io::Result<Vec<u8>> {
+    nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&rx),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )?;
+    let mut f = File::from(rx);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(out),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// libcontainer's default executor, after restoring the signal state a fresh process expects:
+/// the shim blocks SIGCHLD (for its signalfd) and Rust ignores SIGPIPE, and both would otherwise be
+/// inherited through exec by every container process.
+#[derive(Clone)]
+struct ShimExecutor;
+
+impl Executor for ShimExecutor {
+    fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        reset_signals();
+        DefaultExecutor {}.exec(spec)
+    }
+
+    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
+        DefaultExecutor {}.validate(spec)
+    }
+}
+
+/// Default dispositions for every catchable signal and an empty signal mask. The raw syscall:
+/// glibc refuses to touch its internal signals (32, 33), which a spawner may have left ignored.
+fn reset_signals() {
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=64 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &default as *const KernelSigaction,
+                    0usize,
+                    8usize,
+                );
+            }
+        }
+    }
+    let empty = 0u64;
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            0usize,
+            8usize,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        for ok in ["a", "pause", "0123abcdef", "a.b-c_d+e", &"x".repeat(255)] {
+            validate_id(ok).unwrap();
+        }
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "é", &"x".repeat(256)] {
+            assert_eq!(
+                validate_id(bad).unwrap_err().code,
+                ErrorCode::InvalidArgument,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn helper_answers() {
+        assert_eq!(in_helper("t", -1, || Ok(42u32)).unwrap(), 42);
+        let e = in_helper::<(), _>("t", -1, || {
+            Err(ApiError::new(ErrorCode::AlreadyExists, "x".repeat(100_000)))
+        })
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::AlreadyExists);
+        assert_eq!(e.message.len(), MAX_HELPER_MESSAGE);
+        let e = in_helper::<(), _>("t", -1, || panic!("boom")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert!(e.message.contains("panicked"), "{}", e.message);
+        let e = in_helper::<(), _>("t", -1, || unsafe { libc::_exit(3) }).unwrap_err();
+        assert!(e.message.contains("without an answer"), "{}", e.message);
+    }
+
+    #[test]
+    fn helper_answer_does_not_wait_for_its_descendants() {
+        // A grandchild that keeps the pipe's write end open (as a created container's init does)
+        // must not hold up the answer.
+        let started = Instant::now();
+        let v = in_helper("t", -1, || {
+            if let Ok(ForkResult::Child) = unsafe { fork() } {
+                std::thread::sleep(Duration::from_secs(3));
+                unsafe { libc::_exit(0) }
+            }
+            Ok(7u8)
+        })
+        .unwrap();
+        assert_eq!(v, 7);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn unknown_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Containers::new(dir.path().join("containers"), dir.path().join("exits"), -1);
+        assert_eq!(c.state("nope").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(c.kill("nope", 9, false).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(c.start("nope").unwrap_err().code, ErrorCode::NotFound);
+        c.delete("nope").unwrap();
+        c.delete("nope").unwrap();
+        c.delete_all().unwrap();
+    }
+
+    #[test]
+    fn create_checks_arguments_before_libcontainer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Containers::new(dir.path().join("containers"), dir.path().join("exits"), -1);
+        assert_eq!(
+            c.create("a/b", "/x", false).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            c.create("a", "rel/bundle", false).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        let e = c.create("a", dir.path().to_str().unwrap(), false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("config.json"), "{}", e.message);
+        assert_eq!(c.len(), 0);
+    }
+}

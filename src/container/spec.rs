@@ -1,0 +1,213 @@
+//! OCI runtime specs (config.json) that the shim hands to libcontainer. So far the pod
+//! sandbox's pause container: namespaces per the pod's NamespaceOption, the pinned network
+//! namespace joined by path, the pod's /dev/shm, sysctls, cgroup under the kubelet's parent.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use oci_spec::runtime::Spec;
+use serde_json::json;
+
+use crate::image::record::ImageConfig;
+
+/// runc's defaults: paths a container must not read or write through.
+pub const DEFAULT_MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+pub const DEFAULT_READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What the pause container's spec is made from.
+pub struct SandboxSpec<'a> {
+    pub hostname: &'a str,
+    pub rootfs: PathBuf,
+    /// The pinned network namespace to join; None for a host-network pod.
+    pub netns: Option<PathBuf>,
+    pub host_pid: bool,
+    pub host_ipc: bool,
+    /// Source of the pod's /dev/shm (a tmpfs the daemon mounted, or the host's /dev/shm).
+    pub shm: PathBuf,
+    pub cgroups_path: String,
+    pub sysctls: &'a BTreeMap<String, String>,
+    pub image: &'a ImageConfig,
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub oom_score_adj: i32,
+    pub annotations: BTreeMap<String, String>,
+}
+
+pub fn pause_spec(s: &SandboxSpec<'_>) -> Result<Spec, SpecError> {
+    let mut args: Vec<String> = s.image.entrypoint.iter().chain(&s.image.cmd).cloned().collect();
+    if args.is_empty() {
+        args = vec!["/pause".to_string()];
+    }
+    let (image_uid, image_gid) = numeric_user(&s.image.user)?;
+    let uid = s.run_as_user.map(|u| u as u32).unwrap_or(image_uid);
+    let gid = s
+        .run_as_group
+        .map(|g| g as u32)
+        .unwrap_or(if s.run_as_user.is_some() { 0 } else { image_gid });
+    let mut env = s.image.env.clone();
+    if !env.iter().any(|e| e.starts_with("PATH=")) {
+        env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    }
+
+    let mut namespaces = vec![json!({"type": "mount"})];
+    if !s.host_pid {
+        namespaces.push(json!({"type": "pid"}));
+    }
+    if !s.host_ipc {
+        namespaces.push(json!({"type": "ipc"}));
+    }
+    // A host-network pod keeps the host's network and hostname (as the kubelet expects).
+    if let Some(path) = &s.netns {
+        namespaces.push(json!({"type": "network", "path": path}));
+        namespaces.push(json!({"type": "uts"}));
+    }
+
+    let spec = json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": uid, "gid": gid},
+            "args": args,
+            "env": env,
+            "cwd": if s.image.working_dir.is_empty() { "/" } else { s.image.working_dir.as_str() },
+            "noNewPrivileges": true,
+            "oomScoreAdj": s.oom_score_adj,
+            // pause needs no privilege at all.
+            "capabilities": {"bounding": [], "effective": [], "permitted": [], "ambient": []},
+        },
+        "root": {"path": s.rootfs, "readonly": true},
+        "hostname": if s.netns.is_some() { Some(s.hostname) } else { None },
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
+            {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev/shm", "type": "bind", "source": s.shm, "options": ["rbind", "nosuid", "noexec", "nodev"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+        ],
+        "annotations": s.annotations,
+        "linux": {
+            "namespaces": namespaces,
+            "cgroupsPath": s.cgroups_path,
+            "sysctl": s.sysctls,
+            "maskedPaths": DEFAULT_MASKED_PATHS,
+            "readonlyPaths": DEFAULT_READONLY_PATHS,
+            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+        },
+    });
+    serde_json::from_value(spec).map_err(|e| SpecError::Invalid(format!("building the sandbox spec: {e}")))
+}
+
+/// `uid[:gid]` of an image USER; names need the image's /etc/passwd, which the sandbox image
+/// has no business needing.
+fn numeric_user(user: &str) -> Result<(u32, u32), SpecError> {
+    if user.is_empty() {
+        return Ok((0, 0));
+    }
+    let (u, g) = user.split_once(':').unwrap_or((user, ""));
+    let uid: u32 = u
+        .parse()
+        .map_err(|_| SpecError::Invalid(format!("sandbox image USER {user:?} must be numeric (uid[:gid])")))?;
+    let gid: u32 = if g.is_empty() {
+        0
+    } else {
+        g.parse()
+            .map_err(|_| SpecError::Invalid(format!("sandbox image USER {user:?} must be numeric (uid[:gid])")))?
+    };
+    Ok((uid, gid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input<'a>(
+        image: &'a ImageConfig,
+        sysctls: &'a BTreeMap<String, String>,
+        netns: Option<PathBuf>,
+    ) -> SandboxSpec<'a> {
+        SandboxSpec {
+            hostname: "web-0",
+            rootfs: "/r/rootfs".into(),
+            netns,
+            host_pid: false,
+            host_ipc: false,
+            shm: "/r/shm".into(),
+            cgroups_path: "/kubepods/pod1/scute-abc".into(),
+            sysctls,
+            image,
+            run_as_user: None,
+            run_as_group: None,
+            oom_score_adj: -998,
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn pause_spec_joins_the_pinned_netns_and_keeps_pod_namespaces() {
+        let image = ImageConfig {
+            user: "65535:65535".into(),
+            entrypoint: vec!["/pause".into()],
+            ..Default::default()
+        };
+        let sysctls = BTreeMap::from([("net.ipv4.ip_unprivileged_port_start".to_string(), "0".to_string())]);
+        let spec = pause_spec(&input(&image, &sysctls, Some("/run/scute/netns/abc".into()))).unwrap();
+        let v = serde_json::to_value(&spec).unwrap();
+        assert_eq!(v["process"]["args"], json!(["/pause"]));
+        assert_eq!(v["process"]["user"]["uid"], 65535);
+        assert_eq!(v["hostname"], "web-0");
+        let ns = v["linux"]["namespaces"].as_array().unwrap();
+        assert!(ns.contains(&json!({"type": "network", "path": "/run/scute/netns/abc"})));
+        for t in ["pid", "ipc", "uts", "mount"] {
+            assert!(ns.iter().any(|n| n["type"] == t), "{t}");
+        }
+        assert_eq!(v["linux"]["sysctl"]["net.ipv4.ip_unprivileged_port_start"], "0");
+        assert_eq!(v["root"]["readonly"], true);
+    }
+
+    #[test]
+    fn host_namespaces_are_not_created() {
+        let image = ImageConfig::default();
+        let sysctls = BTreeMap::new();
+        let mut i = input(&image, &sysctls, None);
+        i.host_pid = true;
+        i.host_ipc = true;
+        let v = serde_json::to_value(pause_spec(&i).unwrap()).unwrap();
+        let types: Vec<&str> = v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, vec!["mount"]);
+        assert_eq!(v["process"]["args"], json!(["/pause"]));
+    }
+
+    #[test]
+    fn named_sandbox_user_is_refused() {
+        let image = ImageConfig {
+            user: "nobody".into(),
+            ..Default::default()
+        };
+        let sysctls = BTreeMap::new();
+        assert!(pause_spec(&input(&image, &sysctls, None)).is_err());
+    }
+}

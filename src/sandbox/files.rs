@@ -1,0 +1,210 @@
+//! The files a pod's containers share: hostname, /etc/hosts and /etc/resolv.conf (from the
+//! DNSConfig the kubelet sends, or the host's), written into the sandbox directory and bind-mounted
+//! into every container of the pod (the containers issue), plus the pod's /dev/shm tmpfs.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use crate::api::DnsConfig;
+
+/// The size of a pod's /dev/shm when nothing says otherwise (Docker's and containerd's default).
+pub const DEFAULT_SHM_SIZE: u64 = 64 << 20;
+
+pub fn hosts_file(hostname: &str, ips: &[std::net::IpAddr]) -> String {
+    let mut out = String::from(
+        "# Kubernetes-managed hosts file (written by scute).\n\
+         127.0.0.1\tlocalhost\n\
+         ::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\n\
+         fe00::0\tip6-mcastprefix\n\
+         fe00::1\tip6-allnodes\n\
+         fe00::2\tip6-allrouters\n",
+    );
+    for ip in ips {
+        let _ = writeln!(out, "{ip}\t{hostname}");
+    }
+    out
+}
+
+/// resolv.conf from the pod's DNSConfig; with none, the host's file as it is.
+pub fn resolv_conf(dns: Option<&DnsConfig>, host_resolv: &str) -> String {
+    let Some(dns) = dns.filter(|d| !d.servers.is_empty() || !d.searches.is_empty() || !d.options.is_empty()) else {
+        return host_resolv.to_string();
+    };
+    let mut out = String::new();
+    if !dns.searches.is_empty() {
+        let _ = writeln!(out, "search {}", dns.searches.join(" "));
+    }
+    for server in &dns.servers {
+        let _ = writeln!(out, "nameserver {server}");
+    }
+    if !dns.options.is_empty() {
+        let _ = writeln!(out, "options {}", dns.options.join(" "));
+    }
+    out
+}
+
+/// Checks DNSConfig values before they land in a file other processes parse.
+pub fn validate_dns(dns: &DnsConfig) -> Result<(), String> {
+    for server in &dns.servers {
+        if server.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!("DNS server {server:?} is not an IP address"));
+        }
+    }
+    for item in dns.searches.iter().chain(&dns.options) {
+        if item.is_empty() || item.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("DNS search/option {item:?} must be one word"));
+        }
+    }
+    Ok(())
+}
+
+/// A hostname as the kernel and resolvers accept it (RFC 1123 labels, at most 64 bytes for uname).
+pub fn validate_hostname(hostname: &str) -> Result<(), String> {
+    let ok = !hostname.is_empty()
+        && hostname.len() <= 64
+        && hostname.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "hostname {hostname:?} is not a valid RFC 1123 host name of at most 64 bytes"
+        ))
+    }
+}
+
+/// Writes `contents` to `path` atomically (temp + fsync + rename), mode 0644.
+pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().ok_or_else(|| io::Error::other("no parent dir"))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(contents.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Mounts the pod's /dev/shm: a tmpfs of `size` bytes at `target` (created if needed).
+pub fn mount_shm(target: &Path, size: u64) -> io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    std::fs::create_dir_all(target)?;
+    if is_mountpoint(target) {
+        return Ok(());
+    }
+    let data = format!("mode=1777,size={size}");
+    mount(
+        Some("shm"),
+        target,
+        Some("tmpfs"),
+        MsFlags::MS_NOEXEC | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(io::Error::from)
+}
+
+/// Unmounts the pod's /dev/shm; a path that is not mounted (or is gone) is fine.
+pub fn unmount_shm(target: &Path) -> io::Result<()> {
+    use nix::mount::{umount2, MntFlags};
+    if is_mountpoint(target) {
+        umount2(target, MntFlags::MNT_DETACH).map_err(io::Error::from)?;
+    }
+    Ok(())
+}
+
+/// Whether `path` is a mount point, from /proc/self/mountinfo (exact match of the mount point).
+pub fn is_mountpoint(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mount_point| unescape_mountinfo(mount_point) == wanted)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape_mountinfo(field: &str) -> String {
+    field
+        .replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolv_conf_from_dns_config_or_host() {
+        let dns = DnsConfig {
+            servers: vec!["10.96.0.10".into()],
+            searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into()],
+            options: vec!["ndots:5".into()],
+        };
+        assert_eq!(
+            resolv_conf(Some(&dns), "nameserver 1.1.1.1\n"),
+            "search default.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"
+        );
+        assert_eq!(resolv_conf(None, "nameserver 1.1.1.1\n"), "nameserver 1.1.1.1\n");
+        assert_eq!(resolv_conf(Some(&DnsConfig::default()), "host\n"), "host\n");
+    }
+
+    #[test]
+    fn dns_and_hostname_validation() {
+        assert!(validate_dns(&DnsConfig {
+            servers: vec!["not-an-ip".into()],
+            ..Default::default()
+        })
+        .is_err());
+        assert!(validate_dns(&DnsConfig {
+            options: vec!["ndots:5\nnameserver 6.6.6.6".into()],
+            ..Default::default()
+        })
+        .is_err());
+        assert!(validate_hostname("web-0.example").is_ok());
+        for bad in ["", "-x", "a b", "a..b", &"x".repeat(65)] {
+            assert!(validate_hostname(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hosts_file_names_the_pod() {
+        let hosts = hosts_file("web-0", &["10.88.0.5".parse().unwrap()]);
+        assert!(hosts.contains("127.0.0.1\tlocalhost\n"));
+        assert!(hosts.ends_with("10.88.0.5\tweb-0\n"));
+    }
+
+    #[test]
+    fn atomic_write_and_mountinfo_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("hostname");
+        write_atomic(&p, "a\n").unwrap();
+        write_atomic(&p, "b\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "b\n");
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+        assert!(is_mountpoint(Path::new("/proc")));
+        assert!(!is_mountpoint(dir.path()));
+    }
+
+    #[test]
+    fn shm_mount_and_unmount() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = dir.path().join("shm");
+        mount_shm(&shm, 1 << 20).unwrap();
+        assert!(is_mountpoint(&shm));
+        mount_shm(&shm, 1 << 20).unwrap();
+        unmount_shm(&shm).unwrap();
+        unmount_shm(&shm).unwrap();
+        assert!(!is_mountpoint(&shm));
+    }
+}

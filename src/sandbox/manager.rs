@@ -1,0 +1,693 @@
+//! The sandbox manager owns pod sandboxes: their records, directories, pinned network
+//! namespaces, CNI attachments, /dev/shm mounts, pause rootfs views and shims.
+//!
+//! On disk, per sandbox:
+//! - `<root>/sandboxes/<id>/`: `hostname`, `hosts`, `resolv.conf`, `shm/` (tmpfs), `rootfs/`
+//!   (overlay of the sandbox image, `upper/` + `work/`), `bundle/config.json` (pause's spec);
+//! - `<state>/netns/<id>`: the pinned network namespace;
+//! - `<state>/shims/<id>/`: the shim's socket, pid, log and exit files.
+//!
+//! Every create step has its undo; a failed RunPodSandbox leaves nothing behind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+
+use super::cni::{AttachRequest, CniManager, PortMapping};
+use super::files;
+use super::netns::NetNs;
+use super::record::{sandbox_name, SandboxRecord, SandboxState};
+use crate::api;
+use crate::config::{CgroupDriver, Config};
+use crate::container::spec::{pause_spec, SandboxSpec};
+use crate::image::{Credentials, ImageError, ImageManager};
+use crate::keyed_lock::KeyedLocks;
+use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError, SpawnOptions};
+use crate::store::{self, Kind, Store};
+
+/// The pause container's ID inside its shim.
+pub const PAUSE_ID: &str = "pause";
+/// containerd's oom_score_adj for pause: the last thing the OOM killer should pick.
+const PAUSE_OOM_SCORE_ADJ: i32 = -998;
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pods without a cgroup parent from the kubelet (crictl, tests) go under this cgroupfs path.
+const DEFAULT_CGROUP_PARENT: &str = "/scute";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    Failed(String),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+}
+
+fn failed(what: &str) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
+    move |e| SandboxError::Failed(format!("{what}: {e}"))
+}
+
+fn shim_failed(what: &str) -> impl FnOnce(ShimError) -> SandboxError + '_ {
+    move |e| SandboxError::Failed(format!("{what}: {e}"))
+}
+
+pub struct SandboxManager {
+    config: Arc<Config>,
+    store: Arc<Store>,
+    images: Arc<ImageManager>,
+    cni: CniManager,
+    shim_binary: PathBuf,
+    shims: Mutex<HashMap<String, Arc<ShimClient>>>,
+    name_locks: KeyedLocks,
+    id_locks: KeyedLocks,
+}
+
+impl SandboxManager {
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<Store>,
+        images: Arc<ImageManager>,
+        shim_binary: PathBuf,
+    ) -> SandboxManager {
+        let cni = CniManager::new(&config.cni, &config.state);
+        SandboxManager {
+            config,
+            store,
+            images,
+            cni,
+            shim_binary,
+            shims: Mutex::new(HashMap::new()),
+            name_locks: KeyedLocks::default(),
+            id_locks: KeyedLocks::default(),
+        }
+    }
+
+    pub fn cni(&self) -> &CniManager {
+        &self.cni
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.config.root.join("sandboxes").join(id)
+    }
+
+    fn shim_dir(&self, id: &str) -> PathBuf {
+        self.config.state.join("shims").join(id)
+    }
+
+    fn netns_path(&self, id: &str) -> PathBuf {
+        self.config.state.join("netns").join(id)
+    }
+
+    /// Resolves a full ID or unique prefix.
+    pub fn resolve(&self, id_or_prefix: &str) -> Result<String, SandboxError> {
+        match self.store.resolve_id(Kind::Sandbox, id_or_prefix) {
+            Ok(id) => Ok(id),
+            Err(store::Error::NotFound { .. }) => Err(SandboxError::NotFound(format!(
+                "pod sandbox {id_or_prefix:?} not found"
+            ))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Result<SandboxRecord, SandboxError> {
+        self.store
+            .get::<SandboxRecord>(id)?
+            .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {id:?} not found")))
+    }
+
+    pub fn list(&self) -> Result<Vec<SandboxRecord>, SandboxError> {
+        Ok(self.store.list::<SandboxRecord>()?)
+    }
+
+    /// RunPodSandbox. The work runs in its own task so a kubelet that stops waiting (deadline)
+    /// cannot leave it half done; the finished sandbox is then kept for the kubelet's retry.
+    pub async fn run(self: &Arc<Self>, config: api::PodSandboxConfig, handler: String) -> Result<String, SandboxError> {
+        validate(&config, &handler, &self.config)?;
+        let manager = self.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let result = manager.run_inner(config, handler).await;
+            if let Err(Ok(id)) = tx.send(result) {
+                // Nobody is waiting any more: keep the sandbox for the retry.
+                if let Ok(mut record) = manager.get(&id) {
+                    record.unclaimed = true;
+                    let _ = manager.store.put(&record);
+                    tracing::info!(sandbox = %id, "sandbox created after the caller gave up; kept for its retry");
+                }
+            }
+        });
+        rx.await
+            .map_err(|_| SandboxError::Failed("sandbox creation task died".into()))?
+    }
+
+    async fn run_inner(&self, config: api::PodSandboxConfig, handler: String) -> Result<String, SandboxError> {
+        let metadata = config.metadata.clone().unwrap_or_default();
+        let name = sandbox_name(&metadata);
+        let _name_lock = self.name_locks.lock(&name).await;
+        if let Some(holder) = self.store.name_holder(Kind::Sandbox, &name)? {
+            if let Some(mut existing) = self.store.get::<SandboxRecord>(&holder)? {
+                if existing.unclaimed {
+                    existing.unclaimed = false;
+                    self.store.put(&existing)?;
+                    return Ok(existing.id);
+                }
+            }
+            return Err(SandboxError::AlreadyExists(format!(
+                "pod sandbox name {name:?} is reserved for sandbox {holder}"
+            )));
+        }
+        let id = random_id();
+        tracing::Span::current().record("id", id.as_str());
+        let linux = config.linux.clone().unwrap_or_default();
+        let security = linux.security_context.clone().unwrap_or_default();
+        let ns = security.namespace_options.clone().unwrap_or_default();
+        let host_network = ns.network() == api::NamespaceMode::Node;
+        let cgroups_path = self.cgroups_path(&linux.cgroup_parent, &id)?;
+        let mut record = SandboxRecord {
+            id: id.clone(),
+            name: name.clone(),
+            config: SandboxRecord::encode_config(&config),
+            runtime_handler: handler,
+            created_at: crate::image::now_nanos(),
+            state: SandboxState::NotReady,
+            ips: Vec::new(),
+            netns: (!host_network).then(|| self.netns_path(&id)),
+            pause_pid: 0,
+            cni_result: None,
+            cgroups_path,
+            unclaimed: false,
+        };
+        self.store.create(&name, &record)?;
+        match self.create_steps(&config, &mut record).await {
+            Ok(()) => {
+                record.state = SandboxState::Ready;
+                self.store.put(&record)?;
+                tracing::info!(sandbox = %id, name = %name, ip = ?record.ips, "pod sandbox ready");
+                Ok(id)
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "pod sandbox creation failed; rolling back");
+                if let Err(cleanup) = self.teardown(&record, true).await {
+                    tracing::error!(sandbox = %id, error = %cleanup, "rollback left something behind");
+                }
+                self.store.delete::<SandboxRecord>(&id, Some(&name))?;
+                Err(e)
+            }
+        }
+    }
+
+    async fn create_steps(
+        &self,
+        config: &api::PodSandboxConfig,
+        record: &mut SandboxRecord,
+    ) -> Result<(), SandboxError> {
+        let id = record.id.clone();
+        let dir = self.sandbox_dir(&id);
+        std::fs::create_dir_all(&dir).map_err(failed("creating the sandbox directory"))?;
+        let linux = config.linux.clone().unwrap_or_default();
+        let security = linux.security_context.clone().unwrap_or_default();
+        let ns = security.namespace_options.clone().unwrap_or_default();
+        let metadata = config.metadata.clone().unwrap_or_default();
+
+        // The sandbox image: the embedded pause unless configured otherwise; pulled if missing.
+        let image = match self.images.resolve(&self.config.image.sandbox_image) {
+            Ok(image) => image,
+            Err(ImageError::NotFound(_)) => {
+                self.images
+                    .pull(&self.config.image.sandbox_image, &Credentials::default())
+                    .await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+
+        // Network: pinned netns + CNI (loopback and the pod network).
+        if let Some(netns) = &record.netns {
+            // Creating a netns spawns and joins a short-lived thread: keep it off the async workers.
+            let path = netns.clone();
+            tokio::task::spawn_blocking(move || NetNs::create(&path))
+                .await
+                .map_err(|e| SandboxError::Failed(e.to_string()))?
+                .map_err(failed("creating the network namespace"))?;
+            let request = attach_request(&id, netns, &metadata, config);
+            let result = self
+                .cni
+                .setup(&request)
+                .await
+                .map_err(|e| SandboxError::Failed(format!("setting up the pod network: {e}")))?;
+            record.ips = result.ips.iter().map(|ip| ip.to_string()).collect();
+            record.cni_result = Some(result.raw);
+            // Keep what is attached on record before the next step can fail.
+            self.store.put(&*record)?;
+        }
+
+        // Files shared by the pod's containers.
+        let hostname = if record.netns.is_some() {
+            if config.hostname.is_empty() {
+                metadata.name.clone()
+            } else {
+                config.hostname.clone()
+            }
+        } else {
+            nix::sys::utsname::uname()
+                .map(|u| u.nodename().to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        files::write_atomic(&dir.join("hostname"), &format!("{hostname}\n")).map_err(failed("writing hostname"))?;
+        let ips: Vec<std::net::IpAddr> = record.ips.iter().filter_map(|ip| ip.parse().ok()).collect();
+        files::write_atomic(&dir.join("hosts"), &files::hosts_file(&hostname, &ips))
+            .map_err(failed("writing hosts"))?;
+        let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        files::write_atomic(
+            &dir.join("resolv.conf"),
+            &files::resolv_conf(config.dns_config.as_ref(), &host_resolv),
+        )
+        .map_err(failed("writing resolv.conf"))?;
+        let host_ipc = ns.ipc() == api::NamespaceMode::Node;
+        let shm = if host_ipc {
+            PathBuf::from("/dev/shm")
+        } else {
+            let shm = dir.join("shm");
+            files::mount_shm(&shm, files::DEFAULT_SHM_SIZE).map_err(failed("mounting /dev/shm"))?;
+            shm
+        };
+
+        // The pause container: a read-only view of the image, a spec, a shim to run it.
+        let rootfs = dir.join("rootfs");
+        let lowers: Vec<PathBuf> = image
+            .layers
+            .iter()
+            .rev()
+            .map(|l| self.images.snapshots().fs_path(&l.chain_id))
+            .collect();
+        crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
+            .map_err(failed("mounting the sandbox image"))?;
+        let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
+        let spec = pause_spec(&SandboxSpec {
+            hostname: &hostname,
+            rootfs: rootfs.clone(),
+            netns: record.netns.clone(),
+            host_pid: ns.pid() == api::NamespaceMode::Node,
+            host_ipc,
+            shm,
+            cgroups_path: record.cgroups_path.clone(),
+            sysctls: &sysctls,
+            image: &image.config,
+            run_as_user: security.run_as_user.map(|v| v.value),
+            run_as_group: security.run_as_group.map(|v| v.value),
+            oom_score_adj: clamp_oom_score_adj(PAUSE_OOM_SCORE_ADJ),
+            annotations: BTreeMap::from([
+                ("io.kubernetes.cri.container-type".to_string(), "sandbox".to_string()),
+                ("io.kubernetes.cri.sandbox-id".to_string(), id.clone()),
+            ]),
+        })
+        .map_err(|e| SandboxError::InvalidArgument(e.to_string()))?;
+        let bundle = dir.join("bundle");
+        std::fs::create_dir_all(&bundle).map_err(failed("creating the bundle"))?;
+        let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| SandboxError::Failed(e.to_string()))?;
+        files::write_atomic(&bundle.join("config.json"), &spec_json).map_err(failed("writing config.json"))?;
+
+        let shim = ShimClient::spawn(&SpawnOptions {
+            sandbox_id: id.clone(),
+            state_dir: self.shim_dir(&id),
+            shim_binary: self.shim_binary.clone(),
+            log_level: "info".into(),
+        })
+        .await
+        .map_err(shim_failed("starting the shim"))?;
+        let shim = Arc::new(shim);
+        self.shims.lock().await.insert(id.clone(), shim.clone());
+        record.pause_pid = shim
+            .create_container(PAUSE_ID, &bundle)
+            .await
+            .map_err(shim_failed("starting the pause container"))?;
+        Ok(())
+    }
+
+    fn cgroups_path(&self, parent: &str, id: &str) -> Result<String, SandboxError> {
+        match self.config.runtime.cgroup_driver {
+            CgroupDriver::Cgroupfs => {
+                let parent = if parent.is_empty() {
+                    DEFAULT_CGROUP_PARENT
+                } else {
+                    parent.trim_end_matches('/')
+                };
+                if !parent.starts_with('/') || parent.split('/').any(|c| c == "..") {
+                    return Err(SandboxError::InvalidArgument(format!(
+                        "cgroup_parent {parent:?} must be an absolute cgroupfs path"
+                    )));
+                }
+                Ok(format!("{parent}/scute-{id}"))
+            }
+            CgroupDriver::Systemd => Err(SandboxError::FailedPrecondition(
+                "the systemd cgroup driver is not supported by scute's shim yet; use runtime.cgroup_driver = \"cgroupfs\"".into(),
+            )),
+        }
+    }
+
+    async fn shim(&self, id: &str) -> Option<Arc<ShimClient>> {
+        let mut shims = self.shims.lock().await;
+        if let Some(shim) = shims.get(id) {
+            return Some(shim.clone());
+        }
+        let shim = Arc::new(ShimClient::connect(&self.shim_dir(id)).await.ok()?);
+        shims.insert(id.to_string(), shim.clone());
+        Some(shim)
+    }
+
+    /// The sandbox's state as it is now: a Ready sandbox whose pause has exited is NotReady.
+    pub async fn live_state(&self, record: &SandboxRecord) -> SandboxState {
+        if record.state != SandboxState::Ready {
+            return record.state;
+        }
+        match self.shim(&record.id).await {
+            Some(shim) => match shim.state(PAUSE_ID).await {
+                Ok(state) if state.status == ShimStatus::Running => SandboxState::Ready,
+                Ok(_) => SandboxState::NotReady,
+                Err(_) => SandboxState::Unknown,
+            },
+            None => SandboxState::NotReady,
+        }
+    }
+
+    /// StopPodSandbox: stops pause (and, later, every container), detaches the network and
+    /// releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine.
+    pub async fn stop(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
+        let id = match self.resolve(id_or_prefix) {
+            Ok(id) => id,
+            Err(SandboxError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let _lock = self.id_locks.lock(&id).await;
+        let Some(mut record) = self.store.get::<SandboxRecord>(&id)? else {
+            return Ok(());
+        };
+        self.teardown(&record, false).await?;
+        record.state = record.state.stop();
+        self.store.put(&record)?;
+        tracing::info!(sandbox = %id, "pod sandbox stopped");
+        Ok(())
+    }
+
+    /// RemovePodSandbox: stops it if needed, then removes the shim, mounts, directories and record.
+    pub async fn remove(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
+        let id = match self.resolve(id_or_prefix) {
+            Ok(id) => id,
+            Err(SandboxError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let _lock = self.id_locks.lock(&id).await;
+        let Some(record) = self.store.get::<SandboxRecord>(&id)? else {
+            return Ok(());
+        };
+        self.teardown(&record, true).await?;
+        self.store.delete::<SandboxRecord>(&id, Some(&record.name))?;
+        tracing::info!(sandbox = %id, "pod sandbox removed");
+        Ok(())
+    }
+
+    /// Undoes what create did. `remove` also deletes the shim, rootfs view and directories.
+    async fn teardown(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
+        let id = &record.id;
+        if let Some(shim) = self.shim(id).await {
+            match shim.kill(PAUSE_ID, libc::SIGKILL, true).await {
+                Ok(()) | Err(ShimError::NotFound(_)) => {}
+                Err(e) => return Err(shim_failed("stopping the pause container")(e)),
+            }
+            self.wait_stopped(&shim).await;
+            if remove {
+                let _ = shim.delete_container(PAUSE_ID).await;
+                let _ = shim.shutdown().await;
+                self.shims.lock().await.remove(id);
+            }
+        }
+        if let Some(netns) = &record.netns {
+            let config = record.config();
+            let metadata = config.metadata.clone().unwrap_or_default();
+            let request = attach_request(id, netns, &metadata, &config);
+            self.cni
+                .teardown(&request)
+                .await
+                .map_err(|e| SandboxError::Failed(format!("tearing down the pod network: {e}")))?;
+            NetNs::remove(netns).map_err(failed("removing the network namespace"))?;
+        }
+        let dir = self.sandbox_dir(id);
+        files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
+        if remove {
+            if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUP_PARENT}/")) {
+                remove_empty_cgroup_dirs(DEFAULT_CGROUP_PARENT);
+            }
+            crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
+            remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
+            remove_dir_if_exists(&self.shim_dir(id)).map_err(failed("removing the shim directory"))?;
+        }
+        Ok(())
+    }
+
+    async fn wait_stopped(&self, shim: &ShimClient) {
+        let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
+        while tokio::time::Instant::now() < deadline {
+            match shim.state(PAUSE_ID).await {
+                Ok(s) if s.status == ShimStatus::Running => tokio::time::sleep(Duration::from_millis(10)).await,
+                _ => return,
+            }
+        }
+    }
+
+    /// After a daemon restart: reconnect every shim; a sandbox whose shim or pause is gone is
+    /// NotReady, and its network is released.
+    pub async fn recover(&self) -> Result<(), SandboxError> {
+        for mut record in self.store.list::<SandboxRecord>()? {
+            let state = self.live_state(&record).await;
+            if record.state == SandboxState::Ready && state != SandboxState::Ready {
+                tracing::warn!(sandbox = %record.id, "pause or shim gone while scute was down: sandbox NotReady");
+                if let Err(e) = self.teardown(&record, false).await {
+                    tracing::warn!(sandbox = %record.id, error = %e, "cleaning up after a lost sandbox");
+                }
+                record.state = SandboxState::NotReady;
+                self.store.put(&record)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn attach_request<'a>(
+    id: &'a str,
+    netns: &'a Path,
+    metadata: &'a api::PodSandboxMetadata,
+    config: &api::PodSandboxConfig,
+) -> AttachRequest<'a> {
+    AttachRequest {
+        container_id: id,
+        netns,
+        ifname: "eth0",
+        pod_name: &metadata.name,
+        pod_namespace: &metadata.namespace,
+        pod_uid: &metadata.uid,
+        port_mappings: config
+            .port_mappings
+            .iter()
+            .filter(|p| p.host_port > 0)
+            .map(|p| PortMapping {
+                host_port: p.host_port,
+                container_port: p.container_port,
+                protocol: match p.protocol() {
+                    api::Protocol::Tcp => "tcp",
+                    api::Protocol::Udp => "udp",
+                    api::Protocol::Sctp => "sctp",
+                }
+                .to_string(),
+                host_ip: p.host_ip.clone(),
+            })
+            .collect(),
+        bandwidth: None,
+        dns: None,
+    }
+}
+
+/// Removes scute's own default cgroup parent in every hierarchy once no pod uses it (rmdir
+/// refuses while a child exists, which is exactly the check needed). The kubelet's parents are
+/// the kubelet's to remove.
+fn remove_empty_cgroup_dirs(path: &str) {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let relative = path.trim_start_matches('/');
+    for hierarchy in hierarchies.flatten() {
+        let _ = std::fs::remove_dir(hierarchy.path().join(relative));
+    }
+    let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(relative));
+}
+
+fn remove_dir_if_exists(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Negative scores need CAP_SYS_RESOURCE, which scute may lack: never ask for less than the
+/// daemon's own score (containerd's restrict_oom_score_adj).
+pub fn clamp_oom_score_adj(wanted: i32) -> i32 {
+    let current = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(0);
+    wanted.max(current).min(1000)
+}
+
+fn random_id() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut bytes);
+    }
+    hex::encode(bytes)
+}
+
+/// Checks a RunPodSandbox request before anything is created.
+fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> Result<(), SandboxError> {
+    let invalid = |m: String| Err(SandboxError::InvalidArgument(m));
+    let Some(metadata) = &config.metadata else {
+        return invalid("PodSandboxConfig.metadata is required".into());
+    };
+    for (field, value) in [
+        ("name", &metadata.name),
+        ("namespace", &metadata.namespace),
+        ("uid", &metadata.uid),
+    ] {
+        if value.is_empty() {
+            return invalid(format!("PodSandboxConfig.metadata.{field} must not be empty"));
+        }
+        if value.len() > 253 || value.contains(['/', '\0']) {
+            return invalid(format!(
+                "PodSandboxConfig.metadata.{field} {value:?} is not a valid name"
+            ));
+        }
+    }
+    if !daemon.handler_names().any(|h| h == handler) {
+        return invalid(format!(
+            "unknown runtime handler {handler:?} (configured: {:?})",
+            daemon.runtime.runtime_handlers
+        ));
+    }
+    if !config.hostname.is_empty() {
+        files::validate_hostname(&config.hostname).map_err(SandboxError::InvalidArgument)?;
+    }
+    if let Some(dns) = &config.dns_config {
+        files::validate_dns(dns).map_err(SandboxError::InvalidArgument)?;
+    }
+    for p in &config.port_mappings {
+        if !(0..=65535).contains(&p.host_port) || !(1..=65535).contains(&p.container_port) {
+            return invalid(format!(
+                "port mapping {}:{} is out of range",
+                p.host_port, p.container_port
+            ));
+        }
+        if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {
+            return invalid(format!("port mapping host_ip {:?} is not an IP address", p.host_ip));
+        }
+    }
+    let linux = config.linux.clone().unwrap_or_default();
+    let host_network = linux
+        .security_context
+        .as_ref()
+        .and_then(|s| s.namespace_options.as_ref())
+        .is_some_and(|n| n.network() == api::NamespaceMode::Node);
+    for key in linux.sysctls.keys() {
+        if !is_namespaced_sysctl(key, host_network) {
+            return invalid(format!(
+                "sysctl {key:?} is not namespaced (or not allowed for a host-network pod)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The sysctls a pod may set: the kernel's namespaced ones (IPC; network unless the pod uses the
+/// host's network; UTS).
+fn is_namespaced_sysctl(key: &str, host_network: bool) -> bool {
+    let ipc = matches!(
+        key,
+        "kernel.sem"
+            | "kernel.shmall"
+            | "kernel.shmmax"
+            | "kernel.shmmni"
+            | "kernel.shm_rmid_forced"
+            | "kernel.msgmax"
+            | "kernel.msgmnb"
+            | "kernel.msgmni"
+    ) || key.starts_with("fs.mqueue.");
+    let uts = matches!(key, "kernel.hostname" | "kernel.domainname");
+    let net = key.starts_with("net.");
+    ipc || uts || (net && !host_network)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctl_namespacing() {
+        assert!(is_namespaced_sysctl("net.ipv4.ip_forward", false));
+        assert!(!is_namespaced_sysctl("net.ipv4.ip_forward", true));
+        assert!(is_namespaced_sysctl("kernel.shm_rmid_forced", true));
+        assert!(!is_namespaced_sysctl("kernel.panic", false));
+        assert!(!is_namespaced_sysctl("vm.overcommit_memory", false));
+    }
+
+    #[test]
+    fn oom_score_is_never_below_ours() {
+        let current: i32 = std::fs::read_to_string("/proc/self/oom_score_adj")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(clamp_oom_score_adj(-1000), current.max(-1000));
+        assert_eq!(clamp_oom_score_adj(2000), 1000);
+    }
+
+    #[test]
+    fn requests_are_validated() {
+        let daemon = Config::defaults();
+        let ok = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            ..Default::default()
+        };
+        assert!(validate(&ok, "", &daemon).is_ok());
+        assert!(validate(&ok, "runc", &daemon).is_ok());
+        assert!(matches!(
+            validate(&ok, "kata", &daemon),
+            Err(SandboxError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            validate(&api::PodSandboxConfig::default(), "", &daemon),
+            Err(SandboxError::InvalidArgument(_))
+        ));
+        let mut bad = ok.clone();
+        bad.hostname = "bad host".into();
+        assert!(validate(&bad, "", &daemon).is_err());
+        let mut bad = ok.clone();
+        bad.linux = Some(api::LinuxPodSandboxConfig {
+            sysctls: [("kernel.panic".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        });
+        assert!(validate(&bad, "", &daemon).is_err());
+    }
+}

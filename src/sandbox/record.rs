@@ -1,0 +1,146 @@
+//! The sandbox record kept in the store, and its state machine.
+//!
+//! ```text
+//!   RunPodSandbox ──▶ Ready ──(StopPodSandbox, or pause exited)──▶ NotReady ──RemovePodSandbox──▶ (gone)
+//!                      ▲                                               │
+//!                      └─────── never: a stopped sandbox is not restarted; the kubelet makes a new one
+//!   daemon restart: every sandbox is Unknown (in memory) until its shim answers.
+//! ```
+
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use prost::Message as _;
+use serde::{Deserialize, Serialize};
+
+use crate::api;
+use crate::store::{Kind, Record};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+    /// Only in memory, after a daemon restart, until the shim has been asked.
+    Unknown,
+}
+
+impl SandboxState {
+    /// Ready → NotReady is the only transition a stored sandbox makes.
+    pub fn stop(self) -> SandboxState {
+        SandboxState::NotReady
+    }
+
+    pub fn is_ready(self) -> bool {
+        self == SandboxState::Ready
+    }
+
+    pub fn to_cri(self) -> api::PodSandboxState {
+        match self {
+            SandboxState::Ready => api::PodSandboxState::SandboxReady,
+            SandboxState::NotReady | SandboxState::Unknown => api::PodSandboxState::SandboxNotready,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    /// `<name>_<namespace>_<uid>_<attempt>`, the reservation key.
+    pub name: String,
+    /// The PodSandboxConfig as the kubelet sent it (prost bytes, base64), so status can give back
+    /// every field without a schema change here.
+    #[serde(with = "b64")]
+    pub config: Vec<u8>,
+    pub runtime_handler: String,
+    pub created_at: i64,
+    pub state: SandboxState,
+    pub ips: Vec<String>,
+    /// The pinned network namespace; None for host-network pods.
+    pub netns: Option<PathBuf>,
+    pub pause_pid: u32,
+    /// The CNI result of the setup, for CHECK/DEL and verbose status.
+    #[serde(default)]
+    pub cni_result: Option<serde_json::Value>,
+    pub cgroups_path: String,
+    /// Set when the create finished after the kubelet stopped waiting: its retry gets this
+    /// sandbox instead of a "name reserved" error (CRI-O's resourcestore).
+    #[serde(default)]
+    pub unclaimed: bool,
+}
+
+impl Record for SandboxRecord {
+    const KIND: Kind = Kind::Sandbox;
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl SandboxRecord {
+    pub fn config(&self) -> api::PodSandboxConfig {
+        api::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+
+    pub fn encode_config(config: &api::PodSandboxConfig) -> Vec<u8> {
+        config.encode_to_vec()
+    }
+}
+
+mod b64 {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The kubelet's sandbox name: unique per pod attempt.
+pub fn sandbox_name(m: &api::PodSandboxMetadata) -> String {
+    format!("{}_{}_{}_{}", m.name, m.namespace, m.uid, m.attempt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_round_trips_through_json() {
+        let config = api::PodSandboxConfig {
+            hostname: "web-0".into(),
+            metadata: Some(api::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u1".into(),
+                namespace: "default".into(),
+                attempt: 2,
+            }),
+            ..Default::default()
+        };
+        let record = SandboxRecord {
+            id: "abc".into(),
+            name: sandbox_name(config.metadata.as_ref().unwrap()),
+            config: SandboxRecord::encode_config(&config),
+            runtime_handler: String::new(),
+            created_at: 1,
+            state: SandboxState::Ready,
+            ips: vec!["10.88.0.2".into()],
+            netns: None,
+            pause_pid: 7,
+            cni_result: None,
+            cgroups_path: "/scute/abc".into(),
+            unclaimed: false,
+        };
+        let json = serde_json::to_string(&record).unwrap();
+        let back: SandboxRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.config(), config);
+        assert_eq!(back.name, "web_default_u1_2");
+        assert_eq!(SandboxState::Ready.stop(), SandboxState::NotReady);
+        assert_eq!(SandboxState::Unknown.to_cri(), api::PodSandboxState::SandboxNotready);
+    }
+}

@@ -1,0 +1,44 @@
+//! ListPodSandbox: filters by ID (or prefix), state and label selector.
+
+use super::{Cri, RpcError};
+use crate::api;
+
+impl Cri {
+    pub(super) async fn list_pod_sandbox(
+        &self,
+        request: api::ListPodSandboxRequest,
+    ) -> Result<api::ListPodSandboxResponse, RpcError> {
+        let filter = request.filter.unwrap_or_default();
+        let mut items = Vec::new();
+        for record in self.sandboxes.list()? {
+            if !filter.id.is_empty() && !record.id.starts_with(&filter.id) {
+                continue;
+            }
+            let config = record.config();
+            if !filter
+                .label_selector
+                .iter()
+                .all(|(k, v)| config.labels.get(k) == Some(v))
+            {
+                continue;
+            }
+            let state = self.sandboxes.live_state(&record).await.to_cri();
+            if let Some(wanted) = &filter.state {
+                if wanted.state != state as i32 {
+                    continue;
+                }
+            }
+            items.push(api::PodSandbox {
+                id: record.id.clone(),
+                metadata: config.metadata.clone(),
+                state: state as i32,
+                created_at: record.created_at,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                runtime_handler: record.runtime_handler.clone(),
+            });
+        }
+        items.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        Ok(api::ListPodSandboxResponse { items })
+    }
+}

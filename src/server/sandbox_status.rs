@@ -1,0 +1,66 @@
+//! PodSandboxStatus: state (live: a sandbox whose pause died is NotReady), IPs, namespaces,
+//! labels, annotations; verbose info as JSON.
+
+use std::collections::HashMap;
+
+use super::{Cri, RpcError};
+use crate::api;
+use crate::sandbox::record::SandboxRecord;
+
+impl Cri {
+    pub(super) async fn pod_sandbox_status(
+        &self,
+        request: api::PodSandboxStatusRequest,
+    ) -> Result<api::PodSandboxStatusResponse, RpcError> {
+        let id = self.sandboxes.resolve(&request.pod_sandbox_id)?;
+        tracing::Span::current().record("id", id.as_str());
+        let record = self.sandboxes.get(&id)?;
+        let state = self.sandboxes.live_state(&record).await;
+        let config = record.config();
+        let namespace_options = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone());
+        let mut ips = record.ips.iter();
+        let status = api::PodSandboxStatus {
+            id: record.id.clone(),
+            metadata: config.metadata.clone(),
+            state: state.to_cri() as i32,
+            created_at: record.created_at,
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: ips.next().cloned().unwrap_or_default(),
+                additional_ips: ips.map(|ip| api::PodIp { ip: ip.clone() }).collect(),
+            }),
+            linux: Some(api::LinuxPodSandboxStatus {
+                namespaces: Some(api::Namespace {
+                    options: namespace_options,
+                }),
+            }),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            runtime_handler: record.runtime_handler.clone(),
+        };
+        let mut info = HashMap::new();
+        if request.verbose {
+            info.insert("info".to_string(), verbose_info(&record).to_string());
+        }
+        Ok(api::PodSandboxStatusResponse {
+            status: Some(status),
+            info,
+            containers_statuses: Vec::new(),
+            timestamp: crate::image::now_nanos(),
+        })
+    }
+}
+
+fn verbose_info(record: &SandboxRecord) -> serde_json::Value {
+    serde_json::json!({
+        "pid": record.pause_pid,
+        "netNamespacePath": record.netns,
+        "cgroupsPath": record.cgroups_path,
+        "cniResult": record.cni_result,
+        "runtimeHandler": record.runtime_handler,
+        "name": record.name,
+    })
+}

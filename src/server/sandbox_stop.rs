@@ -1,0 +1,20 @@
+//! StopPodSandbox: idempotent; unknown IDs succeed (the kubelet retries).
+
+use super::{Cri, RpcError};
+use crate::api::{StopPodSandboxRequest, StopPodSandboxResponse};
+
+impl Cri {
+    pub(super) async fn stop_pod_sandbox(
+        &self,
+        request: StopPodSandboxRequest,
+    ) -> Result<StopPodSandboxResponse, RpcError> {
+        if request.pod_sandbox_id.is_empty() {
+            return Err(RpcError::InvalidArgument(
+                "StopPodSandbox: pod_sandbox_id is required".into(),
+            ));
+        }
+        tracing::Span::current().record("id", request.pod_sandbox_id.as_str());
+        self.sandboxes.stop(&request.pod_sandbox_id).await?;
+        Ok(StopPodSandboxResponse {})
+    }
+}

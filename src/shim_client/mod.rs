@@ -1,0 +1,698 @@
+//! Daemon side of the shim protocol (proto/shim/v1/shim.proto): starts a pod's `scute-shim`,
+//! reconnects to it after a daemon restart, and sends it requests.
+//!
+//! The shim is one process per pod sandbox, detached from the daemon (its own session; reparented
+//! to PID 1 or a subreaper), so it and the pod's containers outlive the daemon. Everything the
+//! daemon knows about a shim is in its state dir:
+//!
+//! ```text
+//! <state-dir>/shim.sock                  the socket, 0600 (protocol: a u32 big-endian length, then
+//!                                        one protobuf message; one Request -> one Response)
+//! <state-dir>/shim.pid                   the shim's pid
+//! <state-dir>/shim.log                   the shim's log (and libcontainer's)
+//! <state-dir>/exits/<container-id>.json  exit records, written before the shim reports an exit
+//! <state-dir>/containers/                libcontainer's state (the shim's business)
+//! ```
+//!
+//! One connection per client, opened lazily and reopened after an error; requests of concurrent
+//! callers are serialized by a tokio mutex (the shim handles one request at a time anyway).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::Mutex;
+
+/// Messages generated from proto/shim/v1/shim.proto.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("scute.shim.v1");
+}
+
+use pb::{request, response};
+
+pub const SOCKET_FILE: &str = "shim.sock";
+pub const PID_FILE: &str = "shim.pid";
+pub const LOG_FILE: &str = "shim.log";
+pub const EXITS_DIR: &str = "exits";
+
+/// Largest frame accepted (the shim has the same limit).
+const MAX_FRAME: usize = 4 << 20;
+/// Spawn: from exec to the shim listening.
+const SPAWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests that only read or signal.
+const QUICK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests that create or tear down containers (libcontainer, cgroups, waiting for SIGKILL).
+const SLOW_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `shutdown` waits for the shim process to be gone after it answered.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct SpawnOptions {
+    pub sandbox_id: String,
+    pub state_dir: PathBuf,
+    pub shim_binary: PathBuf,
+    /// The daemon's log level; anything but error/warn/info/debug/trace/off is passed as info.
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerStatus {
+    Created,
+    Running,
+    Stopped,
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainerState {
+    /// The init process in the host pid namespace (the last one, once stopped).
+    pub pid: u32,
+    pub status: ContainerStatus,
+    /// Set once stopped: exit status, or 128 + signal.
+    pub exit_code: Option<i32>,
+    /// Set once stopped: when the shim reaped it, ns since the epoch.
+    pub finished_at_ns: Option<i64>,
+    pub created_at_ns: i64,
+    /// 0 while not started.
+    pub started_at_ns: i64,
+}
+
+/// An exit as the shim records it in `<state-dir>/exits/<container-id>.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+pub struct ExitRecord {
+    pub exit_code: i32,
+    pub finished_at_ns: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    /// The shim is not running (no socket, nobody listening, or it closed the connection).
+    #[error("shim is not running: {0}")]
+    Gone(String),
+    /// The shim has no container with that id.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The shim answered something that is not the protocol.
+    #[error("shim protocol error: {0}")]
+    Protocol(String),
+    /// The shim tried and refused or failed; `message` says why.
+    #[error("shim: {message} ({code:?})")]
+    Remote { code: pb::ErrorCode, message: String },
+    /// The shim binary could not be started or did not get ready.
+    #[error("starting the shim: {0}")]
+    Start(String),
+    /// No answer in time (the connection is dropped; the next call reconnects).
+    #[error("the shim did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("shim I/O: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A process, identified by pid and start time so that a reused pid is not mistaken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcId {
+    pid: u32,
+    start_time: u64,
+}
+
+impl ProcId {
+    fn of(pid: u32) -> Option<ProcId> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (state, start_time) = parse_stat(&stat)?;
+        (state != 'Z' && state != 'X').then_some(ProcId { pid, start_time })
+    }
+
+    /// True while the process runs (a zombie has exited).
+    fn alive(&self) -> bool {
+        ProcId::of(self.pid) == Some(*self)
+    }
+}
+
+/// State and start time (fields 3 and 22) of /proc/<pid>/stat; comm may contain anything.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start_time = fields.nth(18)?.parse().ok()?;
+    Some((state, start_time))
+}
+
+pub struct ShimClient {
+    state_dir: PathBuf,
+    socket: PathBuf,
+    sandbox_id: String,
+    version: String,
+    process: Option<ProcId>,
+    conn: Mutex<Option<UnixStream>>,
+}
+
+impl ShimClient {
+    /// Starts a shim for a sandbox and returns once it answers. The state dir is created if
+    /// missing; a shim already serving it is an error.
+    pub async fn spawn(opts: &SpawnOptions) -> Result<ShimClient, ShimError> {
+        tokio::fs::create_dir_all(&opts.state_dir).await?;
+        let log_level = match opts.log_level.to_ascii_lowercase().as_str() {
+            l @ ("error" | "warn" | "info" | "debug" | "trace" | "off") => l.to_string(),
+            _ => "info".to_string(),
+        };
+        let mut cmd = std::process::Command::new(&opts.shim_binary);
+        cmd.arg("--id")
+            .arg(&opts.sandbox_id)
+            .arg("--state-dir")
+            .arg(&opts.state_dir)
+            .arg("--log-level")
+            .arg(log_level)
+            .env_clear()
+            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let child = cmd
+            .spawn()
+            .map_err(|e| ShimError::Start(format!("{}: {e}", opts.shim_binary.display())))?;
+        // The process we started forks the real shim and exits once that one listens (0) or
+        // failed (1, reason on stderr). A specific-pid wait on a blocking thread: tokio's child
+        // reaping is not involved.
+        let first_pid = child.id();
+        let waiter = tokio::task::spawn_blocking(move || child.wait_with_output());
+        let output = match tokio::time::timeout(SPAWN_TIMEOUT, waiter).await {
+            Err(_) => {
+                // Still unreaped (the blocking wait is pending), so the pid is still that child.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(first_pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                if let Some(pid) = read_pid_file(&opts.state_dir).await {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                return Err(ShimError::Start(format!(
+                    "the shim for sandbox {} did not get ready within {SPAWN_TIMEOUT:?}",
+                    opts.sandbox_id
+                )));
+            }
+            Ok(joined) => joined.map_err(io::Error::other)??,
+        };
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let reason = stderr.trim();
+            return Err(ShimError::Start(if reason.is_empty() {
+                format!("{} exited with {}", opts.shim_binary.display(), output.status)
+            } else {
+                reason.to_string()
+            }));
+        }
+        let client = ShimClient::connect(&opts.state_dir).await?;
+        if client.sandbox_id != opts.sandbox_id {
+            return Err(ShimError::Protocol(format!(
+                "the shim in {} serves sandbox {:?}, not {:?}",
+                opts.state_dir.display(),
+                client.sandbox_id,
+                opts.sandbox_id
+            )));
+        }
+        Ok(client)
+    }
+
+    /// Connects to the shim serving `state_dir` (after a daemon restart). `Gone` if it is not
+    /// running.
+    pub async fn connect(state_dir: &Path) -> Result<ShimClient, ShimError> {
+        let mut client = ShimClient {
+            state_dir: state_dir.to_path_buf(),
+            socket: state_dir.join(SOCKET_FILE),
+            sandbox_id: String::new(),
+            version: String::new(),
+            process: None,
+            conn: Mutex::new(None),
+        };
+        let ping = match client
+            .call(request::Kind::Ping(pb::PingRequest {}), QUICK_TIMEOUT)
+            .await?
+        {
+            response::Kind::Ping(p) => p,
+            other => return Err(unexpected("Ping", &other)),
+        };
+        client.sandbox_id = ping.sandbox_id;
+        client.version = ping.version;
+        client.process = ProcId::of(ping.pid);
+        if client.process.is_none() {
+            // The shim answered, so it runs; /proc of another pid namespace would not show it.
+            tracing::warn!(pid = ping.pid, "shim answered but its pid is not visible in /proc");
+            client.process = Some(ProcId {
+                pid: ping.pid,
+                start_time: 0,
+            });
+        }
+        Ok(client)
+    }
+
+    /// The sandbox the shim says it serves.
+    pub fn sandbox_id(&self) -> &str {
+        &self.sandbox_id
+    }
+
+    /// The shim's version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    pub fn shim_pid(&self) -> Option<u32> {
+        self.process.map(|p| p.pid)
+    }
+
+    /// Creates and starts a container from an OCI bundle (absolute path); its init pid.
+    pub async fn create_container(&self, id: &str, bundle: &Path) -> Result<u32, ShimError> {
+        self.create(id, bundle, false).await
+    }
+
+    /// Creates a container that waits for `start_container`; its init pid.
+    pub async fn create_container_only(&self, id: &str, bundle: &Path) -> Result<u32, ShimError> {
+        self.create(id, bundle, true).await
+    }
+
+    async fn create(&self, id: &str, bundle: &Path, create_only: bool) -> Result<u32, ShimError> {
+        let bundle = bundle
+            .to_str()
+            .ok_or_else(|| ShimError::Protocol(format!("bundle path {bundle:?} is not UTF-8")))?;
+        let req = request::Kind::CreateContainer(pb::CreateContainerRequest {
+            container_id: id.to_string(),
+            bundle: bundle.to_string(),
+            create_only,
+        });
+        match self.call(req, SLOW_TIMEOUT).await? {
+            response::Kind::CreateContainer(r) => Ok(r.pid),
+            other => Err(unexpected("CreateContainer", &other)),
+        }
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), ShimError> {
+        let req = request::Kind::StartContainer(pb::StartContainerRequest {
+            container_id: id.to_string(),
+        });
+        match self.call(req, SLOW_TIMEOUT).await? {
+            response::Kind::StartContainer(_) => Ok(()),
+            other => Err(unexpected("StartContainer", &other)),
+        }
+    }
+
+    pub async fn state(&self, id: &str) -> Result<ContainerState, ShimError> {
+        let req = request::Kind::State(pb::StateRequest {
+            container_id: id.to_string(),
+        });
+        match self.call(req, QUICK_TIMEOUT).await? {
+            response::Kind::State(s) => Ok(ContainerState {
+                pid: s.pid,
+                status: match s.status() {
+                    pb::ContainerStatus::Created => ContainerStatus::Created,
+                    pb::ContainerStatus::Running => ContainerStatus::Running,
+                    pb::ContainerStatus::Stopped => ContainerStatus::Stopped,
+                    pb::ContainerStatus::Unknown => ContainerStatus::Unknown,
+                },
+                exit_code: s.exit_code,
+                finished_at_ns: s.finished_at_ns,
+                created_at_ns: s.created_at_ns,
+                started_at_ns: s.started_at_ns,
+            }),
+            other => Err(unexpected("State", &other)),
+        }
+    }
+
+    /// Signals the container's init (or with `all` every process of its cgroup). A stopped
+    /// container is not an error.
+    pub async fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), ShimError> {
+        let signal = u32::try_from(signal).map_err(|_| ShimError::Protocol(format!("invalid signal {signal}")))?;
+        let req = request::Kind::Kill(pb::KillRequest {
+            container_id: id.to_string(),
+            signal,
+            all,
+        });
+        match self.call(req, QUICK_TIMEOUT).await? {
+            response::Kind::Kill(_) => Ok(()),
+            other => Err(unexpected("Kill", &other)),
+        }
+    }
+
+    /// SIGKILLs (if running), waits, removes the container. Unknown ids succeed.
+    pub async fn delete_container(&self, id: &str) -> Result<(), ShimError> {
+        let req = request::Kind::DeleteContainer(pb::DeleteContainerRequest {
+            container_id: id.to_string(),
+        });
+        match self.call(req, SLOW_TIMEOUT).await? {
+            response::Kind::DeleteContainer(_) => Ok(()),
+            other => Err(unexpected("DeleteContainer", &other)),
+        }
+    }
+
+    /// Deletes every container, stops the shim and waits (bounded) for its process to be gone.
+    /// Idempotent: a shim that is already gone is fine.
+    pub async fn shutdown(&self) -> Result<(), ShimError> {
+        match self
+            .call(request::Kind::Shutdown(pb::ShutdownRequest {}), SLOW_TIMEOUT)
+            .await
+        {
+            Ok(response::Kind::Shutdown(_)) | Err(ShimError::Gone(_)) => {}
+            Ok(other) => return Err(unexpected("Shutdown", &other)),
+            Err(e) => return Err(e),
+        }
+        *self.conn.lock().await = None;
+        let Some(process) = self.process.filter(|p| p.start_time != 0) else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + EXIT_TIMEOUT;
+        while process.alive() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ShimError::Timeout(EXIT_TIMEOUT));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// One round trip. The connection is dropped after any failure (a timed-out request could
+    /// still be answered later and desynchronize it).
+    async fn call(&self, req: request::Kind, timeout: Duration) -> Result<response::Kind, ShimError> {
+        let mut conn = self.conn.lock().await;
+        let request = pb::Request { kind: Some(req) };
+        let result = tokio::time::timeout(timeout, async {
+            if conn.is_none() {
+                *conn = Some(open(&self.socket).await?);
+            }
+            let stream = conn.as_mut().expect("opened above");
+            stream.write_all(&encode(&request)).await.map_err(io_error)?;
+            read_frame(stream).await
+        })
+        .await;
+        let response = match result {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                *conn = None;
+                return Err(e);
+            }
+            Err(_) => {
+                *conn = None;
+                return Err(ShimError::Timeout(timeout));
+            }
+        };
+        match response.kind {
+            Some(response::Kind::Error(e)) => Err(remote(e)),
+            Some(kind) => Ok(kind),
+            None => Err(ShimError::Protocol("response of an unknown kind".into())),
+        }
+    }
+}
+
+/// Reads `<state-dir>/exits/<container-id>.json` (for when the shim itself is gone).
+pub fn read_exit_file(state_dir: &Path, container_id: &str) -> io::Result<Option<ExitRecord>> {
+    let path = state_dir.join(EXITS_DIR).join(format!("{container_id}.json"));
+    match std::fs::read(&path) {
+        Ok(body) => serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+async fn read_pid_file(state_dir: &Path) -> Option<u32> {
+    tokio::fs::read_to_string(state_dir.join(PID_FILE))
+        .await
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn open(socket: &Path) -> Result<UnixStream, ShimError> {
+    UnixStream::connect(socket).await.map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            ShimError::Gone(format!("{}: {e}", socket.display()))
+        }
+        _ => ShimError::Io(e),
+    })
+}
+
+/// I/O errors that mean the shim went away become `Gone`.
+fn io_error(e: io::Error) -> ShimError {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            ShimError::Gone(format!("the shim closed the connection: {e}"))
+        }
+        _ => ShimError::Io(e),
+    }
+}
+
+fn encode<M: Message>(msg: &M) -> Vec<u8> {
+    let len = msg.encoded_len();
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    msg.encode(&mut out).expect("a Vec grows as needed");
+    out
+}
+
+async fn read_frame(stream: &mut UnixStream) -> Result<pb::Response, ShimError> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await.map_err(io_error)?;
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(ShimError::Protocol(format!("frame of {len} bytes exceeds {MAX_FRAME}")));
+    }
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await.map_err(io_error)?;
+    pb::Response::decode(payload.as_slice()).map_err(|e| ShimError::Protocol(e.to_string()))
+}
+
+fn remote(e: pb::Error) -> ShimError {
+    match e.code() {
+        pb::ErrorCode::NotFound => ShimError::NotFound(e.message),
+        code => ShimError::Remote {
+            code,
+            message: e.message,
+        },
+    }
+}
+
+fn unexpected(request: &str, got: &response::Kind) -> ShimError {
+    ShimError::Protocol(format!("{request} answered with {got:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::UnixListener;
+
+    /// A fake shim: answers each request with `answer(request)` on every connection.
+    fn fake_shim(
+        dir: &Path,
+        answer: impl Fn(pb::Request) -> Option<pb::Response> + Send + Sync + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let listener = UnixListener::bind(dir.join(SOCKET_FILE)).unwrap();
+        let answer = std::sync::Arc::new(answer);
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let mut h = [0u8; 4];
+                        if s.read_exact(&mut h).await.is_err() {
+                            return;
+                        }
+                        let mut p = vec![0u8; u32::from_be_bytes(h) as usize];
+                        s.read_exact(&mut p).await.unwrap();
+                        let req = pb::Request::decode(p.as_slice()).unwrap();
+                        match answer(req) {
+                            Some(resp) => s.write_all(&encode(&resp)).await.unwrap(),
+                            None => return, // hang up
+                        }
+                    }
+                });
+            }
+        })
+    }
+
+    fn resp(kind: response::Kind) -> Option<pb::Response> {
+        Some(pb::Response { kind: Some(kind) })
+    }
+
+    fn ping() -> response::Kind {
+        response::Kind::Ping(pb::PingResponse {
+            pid: std::process::id(),
+            version: "9.9.9".into(),
+            sandbox_id: "sb".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn connect_without_a_shim_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(ShimClient::connect(dir.path()).await, Err(ShimError::Gone(_))));
+        // A stale socket file nobody listens on.
+        drop(std::os::unix::net::UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap());
+        assert!(matches!(ShimClient::connect(dir.path()).await, Err(ShimError::Gone(_))));
+    }
+
+    #[tokio::test]
+    async fn requests_and_error_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_shim(dir.path(), |req| match req.kind? {
+            request::Kind::Ping(_) => resp(ping()),
+            request::Kind::State(r) if r.container_id == "c" => resp(response::Kind::State(pb::StateResponse {
+                pid: 42,
+                status: pb::ContainerStatus::Stopped as i32,
+                exit_code: Some(137),
+                finished_at_ns: Some(5),
+                created_at_ns: 1,
+                started_at_ns: 2,
+            })),
+            request::Kind::State(r) => resp(response::Kind::Error(pb::Error {
+                code: pb::ErrorCode::NotFound as i32,
+                message: format!("no container {}", r.container_id),
+            })),
+            request::Kind::Kill(r) if r.signal == 9 && r.all => resp(response::Kind::Kill(pb::KillResponse {})),
+            request::Kind::Kill(_) => resp(response::Kind::Error(pb::Error {
+                code: pb::ErrorCode::InvalidArgument as i32,
+                message: "bad signal".into(),
+            })),
+            // Answers a request with the wrong kind of response.
+            request::Kind::DeleteContainer(_) => resp(response::Kind::Kill(pb::KillResponse {})),
+            request::Kind::CreateContainer(r) => {
+                assert_eq!(r.bundle, "/b");
+                assert!(!r.create_only);
+                resp(response::Kind::CreateContainer(pb::CreateContainerResponse { pid: 7 }))
+            }
+            _ => None,
+        });
+        let c = ShimClient::connect(dir.path()).await.unwrap();
+        assert_eq!(c.shim_pid(), Some(std::process::id()));
+        assert_eq!(c.sandbox_id(), "sb");
+        assert_eq!(c.version(), "9.9.9");
+
+        let s = c.state("c").await.unwrap();
+        assert_eq!(
+            (s.pid, s.status, s.exit_code, s.finished_at_ns),
+            (42, ContainerStatus::Stopped, Some(137), Some(5))
+        );
+        assert!(matches!(c.state("x").await, Err(ShimError::NotFound(m)) if m == "no container x"));
+        c.kill("c", 9, true).await.unwrap();
+        match c.kill("c", 15, false).await {
+            Err(ShimError::Remote {
+                code: pb::ErrorCode::InvalidArgument,
+                message,
+            }) => assert_eq!(message, "bad signal"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(c.kill("c", -1, false).await, Err(ShimError::Protocol(_))));
+        assert!(matches!(c.delete_container("c").await, Err(ShimError::Protocol(_))));
+        assert_eq!(c.create_container("c", Path::new("/b")).await.unwrap(), 7);
+        // The fake hangs up on StartContainer: Gone, and the next call reconnects.
+        assert!(matches!(c.start_container("c").await, Err(ShimError::Gone(_))));
+        assert_eq!(c.state("c").await.unwrap().pid, 42);
+    }
+
+    #[tokio::test]
+    async fn shutdown_of_a_gone_shim_is_ok() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = fake_shim(dir.path(), |req| match req.kind? {
+            request::Kind::Ping(_) => resp(response::Kind::Ping(pb::PingResponse {
+                pid: u32::MAX, // no such process: nothing to wait for
+                version: "1".into(),
+                sandbox_id: "sb".into(),
+            })),
+            _ => None,
+        });
+        let c = ShimClient::connect(dir.path()).await.unwrap();
+        server.abort();
+        std::fs::remove_file(dir.path().join(SOCKET_FILE)).unwrap();
+        c.shutdown().await.unwrap();
+        c.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn oversized_frames_are_a_protocol_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut h = [0u8; 4];
+            s.read_exact(&mut h).await.unwrap();
+            s.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        assert!(matches!(
+            ShimClient::connect(dir.path()).await,
+            Err(ShimError::Protocol(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn spawn_reports_why_the_shim_did_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("fake-shim");
+        std::fs::write(&script, "#!/bin/sh\necho 'cannot do it' >&2\nexit 1\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let opts = SpawnOptions {
+            sandbox_id: "sb".into(),
+            state_dir: dir.path().join("state"),
+            shim_binary: script,
+            log_level: "scute=debug".into(),
+        };
+        match ShimClient::spawn(&opts).await {
+            Err(ShimError::Start(m)) => assert_eq!(m, "cannot do it"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        let opts = SpawnOptions {
+            shim_binary: dir.path().join("missing"),
+            ..opts
+        };
+        assert!(matches!(ShimClient::spawn(&opts).await, Err(ShimError::Start(_))));
+    }
+
+    #[test]
+    fn client_is_shareable_between_tasks() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ShimClient>();
+    }
+
+    #[test]
+    fn exit_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_exit_file(dir.path(), "c").unwrap(), None);
+        std::fs::create_dir(dir.path().join(EXITS_DIR)).unwrap();
+        std::fs::write(
+            dir.path().join("exits/c.json"),
+            r#"{"exit_code":137,"finished_at_ns":12}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            read_exit_file(dir.path(), "c").unwrap(),
+            Some(ExitRecord {
+                exit_code: 137,
+                finished_at_ns: 12
+            })
+        );
+    }
+
+    #[test]
+    fn proc_stat_parsing() {
+        let stat = "1234 (we ird) name)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_stat(stat), Some(('S', 987654)));
+        assert_eq!(parse_stat("garbage"), None);
+        let me = ProcId::of(std::process::id()).unwrap();
+        assert!(me.alive());
+        assert!(!ProcId {
+            start_time: me.start_time + 1,
+            ..me
+        }
+        .alive());
+    }
+}

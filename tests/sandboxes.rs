@@ -1,0 +1,387 @@
+//! Pod sandboxes as a user sees them: a real shim running a real pause in real namespaces, a
+//! real CNI bridge network (Debian's plugins), files, restarts and cleanup.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::Daemon;
+use scute::api;
+use tonic::Code;
+
+/// A CNI bridge network of its own for one test: unique bridge name and subnet, removed on drop.
+struct TestNetwork {
+    bridge: String,
+    prefix: String,
+}
+
+impl TestNetwork {
+    fn install(daemon: &Daemon) -> TestNetwork {
+        let n = (std::process::id() as u64 * 7919 + common::free_port() as u64) % 250 + 1;
+        let tag = format!(
+            "{:05x}",
+            (std::process::id() as u64 * 31 + common::free_port() as u64) & 0xfffff
+        );
+        let bridge = format!("sct{tag}");
+        let prefix = format!("10.{}.{}", 200 + (n % 50), n);
+        let conflist = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "scute-test",
+            "plugins": [
+                {
+                    "type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{prefix}.0/24")}]],
+                             "dataDir": daemon.dir().join("cni-ipam")},
+                },
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+            ],
+        });
+        std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
+        TestNetwork { bridge, prefix }
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
+    }
+}
+
+fn pod_config(name: &str) -> api::PodSandboxConfig {
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        labels: [("app".to_string(), name.to_string())].into(),
+        dns_config: Some(api::DnsConfig {
+            servers: vec!["10.96.0.10".into()],
+            searches: vec!["default.svc.cluster.local".into()],
+            options: vec!["ndots:5".into()],
+        }),
+        ..Default::default()
+    }
+}
+
+async fn run(daemon: &Daemon, config: api::PodSandboxConfig) -> Result<String, tonic::Status> {
+    daemon
+        .runtime()
+        .await
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().pod_sandbox_id)
+}
+
+async fn status(daemon: &Daemon, id: &str) -> Result<api::PodSandboxStatusResponse, tonic::Status> {
+    daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn stop(daemon: &Daemon, id: &str) {
+    daemon
+        .runtime()
+        .await
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        })
+        .await
+        .unwrap();
+}
+
+async fn remove(daemon: &Daemon, id: &str) {
+    daemon
+        .runtime()
+        .await
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        })
+        .await
+        .unwrap();
+}
+
+fn pause_pid(status: &api::PodSandboxStatusResponse) -> i32 {
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    info["pid"].as_i64().unwrap() as i32
+}
+
+fn ns_inode(path: impl AsRef<Path>) -> u64 {
+    std::fs::metadata(path).unwrap().ino()
+}
+
+fn in_netns(netns: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(dir.to_str().unwrap()))
+        .map(str::to_string)
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is not alive: it has exited.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
+    let daemon = Daemon::start("");
+    let net = TestNetwork::install(&daemon);
+    let id = run(&daemon, pod_config("web")).await.unwrap();
+    let st = status(&daemon, &id).await.unwrap();
+    let s = st.status.as_ref().unwrap();
+    assert_eq!(s.state(), api::PodSandboxState::SandboxReady);
+    let ip = s.network.as_ref().unwrap().ip.clone();
+    assert!(ip.starts_with(&format!("{}.", net.prefix)), "{ip}");
+    assert_eq!(s.metadata.as_ref().unwrap().name, "web");
+    assert_eq!(s.labels["app"], "web");
+
+    // pause runs, in the pinned netns, with its own pid/uts/ipc namespaces.
+    let pid = pause_pid(&st);
+    assert!(alive(pid));
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap(),
+        "/pause\0"
+    );
+    let netns = daemon.state.join("netns").join(&id);
+    assert_eq!(ns_inode(format!("/proc/{pid}/ns/net")), ns_inode(&netns));
+    for ns in ["pid", "uts", "ipc", "net"] {
+        assert_ne!(
+            ns_inode(format!("/proc/{pid}/ns/{ns}")),
+            ns_inode(format!("/proc/self/ns/{ns}")),
+            "{ns}"
+        );
+    }
+    let (ok, addrs) = in_netns(&netns, &["ip", "-o", "addr"]);
+    assert!(ok, "{addrs}");
+    assert!(
+        addrs.contains(&format!("eth0    inet {ip}/24")) || addrs.contains(&format!("inet {ip}/24")),
+        "{addrs}"
+    );
+    assert!(addrs.contains("lo    inet 127.0.0.1/8"), "{addrs}");
+
+    // Files the pod's containers will share.
+    let dir = daemon.root.join("sandboxes").join(&id);
+    assert_eq!(std::fs::read_to_string(dir.join("hostname")).unwrap(), "web\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("resolv.conf")).unwrap(),
+        "search default.svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"
+    );
+    assert!(std::fs::read_to_string(dir.join("hosts"))
+        .unwrap()
+        .contains(&format!("{ip}\tweb\n")));
+    let uts_hostname = std::fs::read_to_string(format!("/proc/{pid}/root/etc/hostname")).ok();
+    let _ = uts_hostname; // pause's rootfs has no /etc; the UTS name is checked below
+    let (ok, out) = (
+        Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-u", "hostname"])
+            .output()
+            .unwrap()
+            .status
+            .success(),
+        String::from_utf8_lossy(
+            &Command::new("nsenter")
+                .args(["-t", &pid.to_string(), "-u", "hostname"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .to_string(),
+    );
+    assert!(ok);
+    assert_eq!(out.trim(), "web");
+
+    // List with filters.
+    let list = |filter: api::PodSandboxFilter| {
+        let daemon = &daemon;
+        async move {
+            daemon
+                .runtime()
+                .await
+                .list_pod_sandbox(api::ListPodSandboxRequest { filter: Some(filter) })
+                .await
+                .unwrap()
+                .into_inner()
+                .items
+        }
+    };
+    assert_eq!(
+        list(api::PodSandboxFilter {
+            id: id[..8].into(),
+            ..Default::default()
+        })
+        .await
+        .len(),
+        1
+    );
+    assert_eq!(
+        list(api::PodSandboxFilter {
+            label_selector: [("app".into(), "nope".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .len(),
+        0
+    );
+
+    // Stop: pause gone, network gone, NotReady; twice is fine.
+    stop(&daemon, &id).await;
+    stop(&daemon, &id).await;
+    assert!(!alive(pid), "pause must be stopped");
+    assert!(!netns.exists(), "the pinned netns is released on stop");
+    let st = status(&daemon, &id).await.unwrap();
+    assert_eq!(st.status.unwrap().state(), api::PodSandboxState::SandboxNotready);
+    let ready = api::PodSandboxFilter {
+        state: Some(api::PodSandboxStateValue {
+            state: api::PodSandboxState::SandboxReady as i32,
+        }),
+        ..Default::default()
+    };
+    assert!(list(ready).await.is_empty());
+
+    // Remove: nothing left; twice is fine; unknown IDs succeed on stop/remove, NotFound on status.
+    remove(&daemon, &id).await;
+    remove(&daemon, &id).await;
+    assert!(!dir.exists());
+    assert!(!daemon.state.join("shims").join(&id).exists());
+    assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
+    assert!(!Path::new(&format!("/sys/fs/cgroup/memory/scute/scute-{id}")).exists());
+    assert!(!Path::new(&format!("/sys/fs/cgroup/pids/scute/scute-{id}")).exists());
+    stop(&daemon, "0123456789abcdef").await;
+    remove(&daemon, "0123456789abcdef").await;
+    assert_eq!(status(&daemon, &id).await.unwrap_err().code(), Code::NotFound);
+    let (_, links) = (
+        true,
+        String::from_utf8_lossy(&Command::new("ip").args(["-o", "link"]).output().unwrap().stdout).to_string(),
+    );
+    assert!(
+        !links.contains(&format!("master {}", net.bridge)),
+        "a veth is left on the bridge: {links}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pods_reach_each_other_over_the_bridge() {
+    let daemon = Daemon::start("");
+    let _net = TestNetwork::install(&daemon);
+    let a = run(&daemon, pod_config("a")).await.unwrap();
+    let b = run(&daemon, pod_config("b")).await.unwrap();
+    let ip_b = status(&daemon, &b).await.unwrap().status.unwrap().network.unwrap().ip;
+    let (ok, out) = in_netns(
+        &daemon.state.join("netns").join(&a),
+        &["ping", "-c", "1", "-W", "2", &ip_b],
+    );
+    assert!(ok, "{out}");
+    for id in [&a, &b] {
+        remove(&daemon, id).await;
+    }
+    assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_network_pod_shares_the_host_netns() {
+    let daemon = Daemon::start("");
+    let mut config = pod_config("hostnet");
+    config.linux = Some(api::LinuxPodSandboxConfig {
+        security_context: Some(api::LinuxSandboxSecurityContext {
+            namespace_options: Some(api::NamespaceOption {
+                network: api::NamespaceMode::Node as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = run(&daemon, config).await.unwrap();
+    let st = status(&daemon, &id).await.unwrap();
+    let pid = pause_pid(&st);
+    assert_eq!(ns_inode(format!("/proc/{pid}/ns/net")), ns_inode("/proc/self/ns/net"));
+    assert_eq!(st.status.unwrap().network.unwrap().ip, "");
+    remove(&daemon, &id).await;
+    assert!(!alive(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_and_duplicates() {
+    let daemon = Daemon::start("");
+    let _net = TestNetwork::install(&daemon);
+    let err = daemon
+        .runtime()
+        .await
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(pod_config("x")),
+            runtime_handler: "no-such-handler".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("no-such-handler"));
+    let err = run(&daemon, api::PodSandboxConfig::default()).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let id = run(&daemon, pod_config("dup")).await.unwrap();
+    let err = run(&daemon, pod_config("dup")).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists);
+    assert!(err.message().contains(&id), "{}", err.message());
+    remove(&daemon, &id).await;
+    // The name is free again after removal.
+    let again = run(&daemon, pod_config("dup")).await.unwrap();
+    remove(&daemon, &again).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_daemon_keeps_pods_running() {
+    let mut daemon = Daemon::start("");
+    let _net = TestNetwork::install(&daemon);
+    let id = run(&daemon, pod_config("survivor")).await.unwrap();
+    let before = status(&daemon, &id).await.unwrap();
+    let pid = pause_pid(&before);
+    daemon.kill();
+    assert!(alive(pid), "pause must survive the daemon");
+    daemon.start_again();
+    let after = status(&daemon, &id).await.unwrap();
+    assert_eq!(
+        after.status.as_ref().unwrap().state(),
+        api::PodSandboxState::SandboxReady
+    );
+    assert_eq!(pause_pid(&after), pid);
+    assert_eq!(
+        after.status.unwrap().network.unwrap().ip,
+        before.status.unwrap().network.unwrap().ip
+    );
+    remove(&daemon, &id).await;
+    assert!(!alive(pid));
+    assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
+}
+
+#[allow(dead_code)]
+fn unused(_: PathBuf) {}
