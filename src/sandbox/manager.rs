@@ -464,10 +464,19 @@ impl SandboxManager {
         }
     }
 
-    /// After a daemon restart: reconnect every shim; a sandbox whose shim or pause is gone is
-    /// NotReady, and its network is released.
+    /// After a daemon restart: reconnect every shim. A sandbox whose shim or pause is gone is
+    /// NotReady with its network released; one whose creation was cut short (its pause never
+    /// started) is removed entirely, so a crash leaves every pod either fully there or fully gone.
     pub async fn recover(&self) -> Result<(), SandboxError> {
         for mut record in self.store.list::<SandboxRecord>()? {
+            if record.pause_pid == 0 {
+                tracing::warn!(sandbox = %record.id, "creation was interrupted: removing what it left");
+                if let Err(e) = self.teardown(&record, true).await {
+                    tracing::warn!(sandbox = %record.id, error = %e, "cleaning up an interrupted creation");
+                }
+                self.store.delete::<SandboxRecord>(&record.id, Some(&record.name))?;
+                continue;
+            }
             let state = self.live_state(&record).await;
             if record.state == SandboxState::Ready && state != SandboxState::Ready {
                 tracing::warn!(sandbox = %record.id, "pause or shim gone while scute was down: sandbox NotReady");
