@@ -31,7 +31,7 @@ die() { log "$*"; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (rootfs files are owned by root)"
 [[ -x /bin/busybox ]] || die "/bin/busybox missing; run hack/setup.sh"
-if ! file -L /bin/busybox | grep -q 'dynamically linked'; then
+if [[ $(file -L /bin/busybox) != *'dynamically linked'* ]]; then
 	die "/bin/busybox is not dynamically linked (busybox-static installed?); install Debian's busybox package"
 fi
 
@@ -47,11 +47,14 @@ RUSTFLAGS='-C target-feature=+crt-static -C strip=symbols' \
 cargo build --release -p scute-imagekit
 pause_bin=$target_dir/x86_64-unknown-linux-gnu/release/pause
 kit=$target_dir/release/scute-imagekit
-if ! file "$pause_bin" | grep -q 'static'; then
+if [[ $(file "$pause_bin") != *static* ]]; then
 	die "$pause_bin is not statically linked: $(file -b "$pause_bin")"
 fi
 
 mkdir -p "$work"
+# One build at a time: concurrent runs (parallel tests, a benchmark) share this work dir.
+exec 9>"$work/.lock"
+flock 9
 
 # Fresh copy of a rootfs dir each run: cheap, and no leftovers from older runs.
 new_rootfs() {
@@ -155,7 +158,9 @@ log "assembling rootfs dirs under $work"
 make_busybox_rootfs "$work/rootfs/busybox"
 
 # httpd: the busybox rootfs plus a page to serve (cp -a keeps the hard links).
-if ! /bin/busybox --list | grep -qx httpd; then
+# (Not `busybox --list | grep -q`: with pipefail, grep's early exit SIGPIPEs busybox at random.)
+applets=$(/bin/busybox --list)
+if ! grep -qx httpd <<<"$applets"; then
 	die "Debian's busybox has no httpd applet; cannot build the httpd image"
 fi
 new_rootfs "$work/rootfs/httpd"

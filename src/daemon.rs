@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::Config;
+use crate::container::manager::ContainerManager;
 use crate::image::reference::ImageRef;
 use crate::image::{ImageManager, ImageManagerConfig};
 use crate::sandbox::manager::SandboxManager;
@@ -62,11 +63,19 @@ pub async fn serve(config: Config) -> Result<()> {
     ));
     sandboxes.recover().await.context("recovering pod sandboxes")?;
 
+    let containers = Arc::new(ContainerManager::new(
+        config.clone(),
+        store.clone(),
+        images.clone(),
+        sandboxes.clone(),
+    ));
+
     let cri = Arc::new(Cri {
         config: config.clone(),
         store: store.clone(),
         images,
         sandboxes,
+        containers,
         started_at: SystemTime::now(),
         runtime_readiness: Default::default(),
     });

@@ -155,12 +155,13 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
     let err = daemon
         .runtime()
         .await
-        .create_container(api::CreateContainerRequest::default())
+        .update_container_resources(api::UpdateContainerResourcesRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message().starts_with("CreateContainer is not implemented yet"),
+        err.message()
+            .starts_with("UpdateContainerResources is not implemented yet"),
         "{}",
         err.message()
     );
@@ -391,7 +392,9 @@ async fn json_logs_carry_method_and_duration_per_rpc() {
     let mut daemon = Daemon::start_with_args("", &["--log-format", "json", "--log-level", "scute=debug"]);
     let mut client = daemon.runtime().await;
     client.version(api::VersionRequest::default()).await.unwrap();
-    let _ = client.list_containers(api::ListContainersRequest::default()).await;
+    let _ = client
+        .list_container_stats(api::ListContainerStatsRequest::default())
+        .await;
     daemon.stop();
     let lines: Vec<serde_json::Value> = daemon
         .log()
@@ -408,7 +411,7 @@ async fn json_logs_carry_method_and_duration_per_rpc() {
     let version = rpc("Version");
     assert_eq!(version["code"], "OK");
     assert!(version["duration_ms"].as_f64().is_some());
-    let list = rpc("ListContainers");
+    let list = rpc("ListContainerStats");
     assert_eq!(list["code"], "Unimplemented");
     assert_eq!(list["level"], "INFO");
 }
@@ -536,7 +539,9 @@ async fn crictl_talks_to_scute_when_installed() {
         .any(|c| c["type"] == "RuntimeReady" && c["status"] == true));
     let (ok, out, err) = run(&["pods"]);
     assert!(ok && out.starts_with("POD ID"), "{out}{err}");
-    let (ok, _, err) = run(&["ps"]);
+    let (ok, out, err) = run(&["ps", "-a"]);
+    assert!(ok && out.starts_with("CONTAINER"), "{out}{err}");
+    let (ok, _, err) = run(&["stats"]);
     assert!(!ok && err.contains("Unimplemented"), "{err}");
 }
 

@@ -1,13 +1,16 @@
 //! scute-shim end to end (root): the daemon's shim client spawns a real shim, which runs the
-//! repository's static pause binary in new namespaces through libcontainer; then everything is
-//! torn down and nothing may be left (process, cgroup, mount, files).
+//! repository's static pause binary in new namespaces through libcontainer, and containers of
+//! Debian's busybox (logs, exec, OOM kills); then everything is torn down and nothing may be left
+//! (process, cgroup, mount, files).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use scute::shim_client::{read_exit_file, ContainerStatus, ShimClient, ShimError, SpawnOptions};
+use scute::shim_client::{
+    pb::ErrorCode, read_exit_file, ContainerStatus, CreateOptions, ExecOptions, ShimClient, ShimError, SpawnOptions,
+};
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -351,4 +354,626 @@ async fn pause_sandbox_lifecycle() {
     let log = std::fs::read_to_string(state_dir.join("shim.log")).unwrap();
     assert!(log.contains("shim ready") && log.contains("container exited"), "{log}");
     std::fs::remove_dir_all(&state_dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containers of busybox: logs, exec, OOM kills.
+
+/// A rootfs with Debian's /bin/busybox (dynamically linked: it and the libraries `ldd` lists, at
+/// the same paths) and a symlink per applet in /bin.
+fn busybox_rootfs(dir: &Path) -> PathBuf {
+    let rootfs = dir.join("busybox-rootfs");
+    for d in ["proc", "dev", "sys", "bin", "tmp"] {
+        std::fs::create_dir_all(rootfs.join(d)).unwrap();
+    }
+    let busybox = Path::new("/bin/busybox");
+    assert!(busybox.exists(), "/bin/busybox is needed (apt-get install busybox)");
+    let ldd = Command::new("ldd").arg(busybox).output().unwrap();
+    let mut files = vec![busybox.to_path_buf()];
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        if let Some(path) = line.split_whitespace().find(|w| w.starts_with('/')) {
+            files.push(PathBuf::from(path));
+        }
+    }
+    for f in files {
+        let target = rootfs.join(f.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&f, &target).unwrap();
+    }
+    let list = Command::new(busybox).arg("--list").output().unwrap();
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        let link = rootfs.join("bin").join(applet);
+        if applet != "busybox" && !link.exists() {
+            std::os::unix::fs::symlink("busybox", link).unwrap();
+        }
+    }
+    rootfs
+}
+
+const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A bundle running `args` as 1000:1000 on the busybox rootfs (read-only), in new namespaces;
+/// `tweak` edits the config.
+fn busybox_bundle(
+    dir: &Path,
+    rootfs: &Path,
+    name: &str,
+    cgroup: &str,
+    args: &[&str],
+    tweak: impl FnOnce(&mut serde_json::Value),
+) -> PathBuf {
+    let bundle = dir.join(format!("bundle-{name}"));
+    std::fs::create_dir_all(&bundle).unwrap();
+    let mut config = serde_json::json!({
+        "ociVersion": "1.2.0",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 1000, "gid": 1000},
+            "args": args,
+            "env": [PATH_ENV, "GREETING=hello"],
+            "cwd": "/tmp",
+            "capabilities": {"bounding": [], "effective": [], "permitted": []},
+            "noNewPrivileges": true,
+        },
+        "root": {"path": rootfs, "readonly": true},
+        "hostname": format!("shim-test-{name}"),
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=777", "size=65536k"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+        ],
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}],
+            "cgroupsPath": format!("/{cgroup}"),
+            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+            "maskedPaths": ["/proc/kcore", "/sys/firmware"],
+            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"],
+        },
+    });
+    tweak(&mut config);
+    std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
+    bundle
+}
+
+/// Seconds since the epoch of a CRI log timestamp `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`, if it is one.
+fn parse_timestamp(ts: &str) -> Option<f64> {
+    let b = ts.as_bytes();
+    if b.len() != 30
+        || &ts[4..5] != "-"
+        || &ts[7..8] != "-"
+        || &ts[10..11] != "T"
+        || &ts[19..20] != "."
+        || b[29] != b'Z'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        ts.get(r.clone())
+            .filter(|s| s.bytes().all(|c| c.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+    };
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss, ns) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..29)?);
+    // Days from civil (Howard Hinnant).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) as f64 + ns as f64 / 1e9)
+}
+
+/// The entries of a CRI log file: (stream, tag, content), after checking each timestamp.
+fn log_entries(path: &Path) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    text.lines()
+        .map(|line| {
+            let mut f = line.splitn(4, ' ');
+            let (ts, stream, tag) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            let t = parse_timestamp(ts).unwrap_or_else(|| panic!("bad timestamp in {line:?}"));
+            assert!((now - 120.0..=now + 1.0).contains(&t), "timestamp {ts} is not recent");
+            (stream.to_string(), tag.to_string(), f.next().unwrap_or("").to_string())
+        })
+        .collect()
+}
+
+fn entry(stream: &str, tag: &str, content: &str) -> (String, String, String) {
+    (stream.into(), tag.into(), content.into())
+}
+
+/// Waits (bounded) until the log file has an entry with `content`.
+async fn wait_for_log(path: &Path, content: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log_entries(path).iter().any(|e| e.2 == content) {
+        assert!(Instant::now() < deadline, "{content:?} never reached {path:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Pids in a cgroup (the pids controller's view).
+fn cgroup_pids(cgroup: &str) -> Vec<u32> {
+    let dir = Path::new("/sys/fs/cgroup/pids").join(cgroup);
+    let dir = if dir.is_dir() {
+        dir
+    } else {
+        Path::new("/sys/fs/cgroup").join(cgroup)
+    };
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+/// One shim, its state dir and cgroup names, for one test; `finish` shuts it down and checks that
+/// nothing is left.
+struct Pod {
+    // Dropped first (fields drop in order): it reads the shim's pid file before `tmp` goes.
+    _leftovers: Leftovers,
+    tmp: tempfile::TempDir,
+    state_dir: PathBuf,
+    cgroups: Vec<String>,
+    shim: ShimClient,
+    rootfs: PathBuf,
+}
+
+impl Pod {
+    async fn start(name: &str, containers: &[&str]) -> Pod {
+        let tmp = tempfile::Builder::new().prefix("scute-shim-it-").tempdir().unwrap();
+        let state_dir = tmp.path().join("state");
+        let tag = format!("scute-shim-it-{}-{name}", std::process::id());
+        let cgroups: Vec<String> = containers.iter().map(|n| format!("{tag}-{n}")).collect();
+        let leftovers = Leftovers {
+            state_dir: state_dir.clone(),
+            cgroups: cgroups.clone(),
+        };
+        let shim = ShimClient::spawn(&SpawnOptions {
+            sandbox_id: format!("sb-{name}"),
+            state_dir: state_dir.clone(),
+            shim_binary: shim_binary(),
+            log_level: "debug".into(),
+        })
+        .await
+        .expect("spawn shim");
+        let rootfs = busybox_rootfs(tmp.path());
+        Pod {
+            _leftovers: leftovers,
+            tmp,
+            state_dir,
+            cgroups,
+            shim,
+            rootfs,
+        }
+    }
+
+    fn cgroup(&self, container: &str) -> String {
+        self.cgroups
+            .iter()
+            .find(|c| c.ends_with(&format!("-{container}")))
+            .unwrap()
+            .clone()
+    }
+
+    fn bundle(&self, name: &str, args: &[&str], tweak: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+        busybox_bundle(self.tmp.path(), &self.rootfs, name, &self.cgroup(name), args, tweak)
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        // Parent directories that do not exist yet: the shim creates them.
+        self.tmp.path().join(format!("pods/ns_pod_uid/{name}/0.log"))
+    }
+
+    async fn run(&self, name: &str, args: &[&str], opts: CreateOptions) -> u32 {
+        let b = self.bundle(name, args, |_| {});
+        let pid = self.shim.create_container_with(name, &b, &opts).await.expect("create");
+        assert_eq!(self.shim.state(name).await.unwrap().status, ContainerStatus::Created);
+        self.shim.start_container(name).await.expect("start");
+        pid
+    }
+
+    async fn finish(self) {
+        let shim_pid = self.shim.shim_pid().unwrap();
+        self.shim.shutdown().await.expect("shutdown");
+        if std::env::var_os("SCUTE_TEST_SHIM_LOG").is_some() {
+            eprintln!("{}", std::fs::read_to_string(self.state_dir.join("shim.log")).unwrap());
+        }
+        assert!(proc_stat(shim_pid).is_none_or(|(s, _, _)| s == 'Z'), "shim still runs");
+        for cg in &self.cgroups {
+            assert!(cgroup_dirs(cg).is_empty(), "cgroup {cg} is left");
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(self.tmp.path().to_str().unwrap()),
+            "a mount is left:\n{mounts}"
+        );
+        let left: Vec<String> = std::fs::read_dir(&self.state_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, vec!["shim.log"]);
+    }
+}
+
+#[tokio::test]
+async fn container_logs() {
+    let pod = Pod::start("logs", &["hello", "long", "rot", "many", "null"]).await;
+    let shim = &pod.shim;
+
+    // Whole lines of both streams, and the end of stdout without a newline.
+    let log = pod.log_path("hello");
+    let opts = CreateOptions {
+        log_path: Some(log.clone()),
+        ..Default::default()
+    };
+    pod.run("hello", &["sh", "-c", "echo out; echo err >&2; printf partial"], opts)
+        .await;
+    let s = wait_stopped(shim, "hello").await;
+    assert_eq!(
+        (s.status, s.exit_code, s.oom_killed),
+        (ContainerStatus::Stopped, Some(0), false)
+    );
+    // Everything is in the file once the exit is reported.
+    let entries = log_entries(&log);
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    for e in [
+        entry("stdout", "F", "out"),
+        entry("stderr", "F", "err"),
+        entry("stdout", "P", "partial"),
+    ] {
+        assert!(entries.contains(&e), "{e:?} missing in {entries:?}");
+    }
+    let out_pos = entries.iter().position(|e| e.2 == "out").unwrap();
+    let partial_pos = entries.iter().position(|e| e.2 == "partial").unwrap();
+    assert!(out_pos < partial_pos, "{entries:?}");
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o640);
+    // Reopening after the output ended is fine and writes nothing.
+    shim.reopen_log("hello").await.unwrap();
+    assert_eq!(log_entries(&log).len(), 3);
+
+    // A line longer than the maximum: P chunks, then F.
+    let log = pod.log_path("long");
+    let opts = CreateOptions {
+        log_path: Some(log.clone()),
+        max_log_line_bytes: Some(1024),
+        ..Default::default()
+    };
+    pod.run(
+        "long",
+        &["sh", "-c", r#"head -c 3000 /dev/zero | tr '\0' a; echo; echo short"#],
+        opts,
+    )
+    .await;
+    assert_eq!(
+        wait_stopped(shim, "long").await.exit_code,
+        Some(0),
+        "{:?}",
+        log_entries(&log)
+    );
+    let a = |n: usize| "a".repeat(n);
+    assert_eq!(
+        log_entries(&log),
+        vec![
+            entry("stdout", "P", &a(1024)),
+            entry("stdout", "P", &a(1024)),
+            entry("stdout", "F", &a(952)),
+            entry("stdout", "F", "short"),
+        ]
+    );
+
+    // Rotation: the kubelet renames the file, then asks for a reopen; the container runs on.
+    let log = pod.log_path("rot");
+    let opts = CreateOptions {
+        log_path: Some(log.clone()),
+        ..Default::default()
+    };
+    pod.run(
+        "rot",
+        &[
+            "sh",
+            "-c",
+            "echo before; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo after; echo after >&2",
+        ],
+        opts,
+    )
+    .await;
+    wait_for_log(&log, "before").await;
+    let rotated = log.with_extension("log.20261121-161244");
+    std::fs::rename(&log, &rotated).unwrap();
+    shim.reopen_log("rot").await.unwrap();
+    assert!(log.exists(), "reopen creates the file");
+    let go = shim
+        .exec("rot", &["touch".into(), "/tmp/go".into()], Duration::from_secs(10), 0)
+        .await
+        .unwrap();
+    assert_eq!(go.exit_code, 0, "{go:?}");
+    assert_eq!(wait_stopped(shim, "rot").await.exit_code, Some(0));
+    assert_eq!(log_entries(&rotated), vec![entry("stdout", "F", "before")]);
+    let mut after = log_entries(&log);
+    after.sort();
+    assert_eq!(
+        after,
+        vec![entry("stderr", "F", "after"), entry("stdout", "F", "after")]
+    );
+
+    // Much output: drained as it comes, every line in the file once the exit is reported.
+    let log = pod.log_path("many");
+    let opts = CreateOptions {
+        log_path: Some(log.clone()),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    pod.run("many", &["sh", "-c", "yes abcdefghij | head -n 200000"], opts)
+        .await;
+    assert_eq!(wait_stopped(shim, "many").await.exit_code, Some(0));
+    let entries = log_entries(&log);
+    assert_eq!(entries.len(), 200_000);
+    assert!(entries.iter().all(|e| *e == entry("stdout", "F", "abcdefghij")));
+    eprintln!("200000 log lines in {:?}", started.elapsed());
+
+    // No log path: output goes nowhere, and nothing is created.
+    pod.run("null", &["sh", "-c", "echo nowhere"], CreateOptions::default())
+        .await;
+    assert_eq!(wait_stopped(shim, "null").await.exit_code, Some(0));
+    shim.reopen_log("null").await.unwrap();
+    assert!(matches!(shim.reopen_log("nope").await, Err(ShimError::NotFound(_))));
+
+    // stdin and tty: not yet.
+    let b = pod.bundle("null", &["true"], |_| {});
+    for opts in [
+        CreateOptions {
+            stdin: true,
+            ..Default::default()
+        },
+        CreateOptions {
+            tty: true,
+            ..Default::default()
+        },
+    ] {
+        match shim.create_container_with("x", &b, &opts).await {
+            Err(ShimError::Remote {
+                code: ErrorCode::Unimplemented,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    for c in ["hello", "long", "rot", "many", "null"] {
+        shim.delete_container(c).await.unwrap();
+    }
+    // Logs belong to the kubelet: they stay.
+    assert!(pod.log_path("hello").exists());
+    pod.finish().await;
+}
+
+#[tokio::test]
+async fn exec_sync() {
+    let pod = Pod::start("exec", &["box", "created"]).await;
+    let shim = &pod.shim;
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let log = pod.log_path("box");
+    let opts = CreateOptions {
+        log_path: Some(log.clone()),
+        ..Default::default()
+    };
+    let init = pod.run("box", &["sh", "-c", "echo ready; exec sleep 1000"], opts).await;
+    wait_for_log(&log, "ready").await;
+    let cgroup = pod.cgroup("box");
+    assert_eq!(cgroup_pids(&cgroup), vec![init]);
+
+    // Output and exit code; the container's user, cwd and environment.
+    let r = shim
+        .exec(
+            "box",
+            &args(&["sh", "-c", "echo hi; exit 3"]),
+            Duration::from_secs(10),
+            0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.exit_code, r.stdout.as_slice(), r.stderr.as_slice(), r.timed_out),
+        (3, &b"hi\n"[..], &b""[..], false)
+    );
+    let r = shim
+        .exec_with(
+            "box",
+            &ExecOptions {
+                args: args(&[
+                    "sh",
+                    "-c",
+                    "echo $(id -u):$(id -g) $(pwd) $GREETING $EXTRA; echo oops >&2",
+                ]),
+                env: vec!["EXTRA=more".into(), "GREETING=hi".into()],
+                timeout: Duration::from_secs(10),
+                max_output: 0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "1000:1000 /tmp hi more\n");
+    assert_eq!(r.stderr, b"oops\n");
+    // Its namespaces.
+    let r = shim
+        .exec("box", &args(&["hostname"]), Duration::from_secs(10), 0)
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, b"shim-test-box\n");
+    // Output beyond the cap is dropped (and the process is not blocked by it).
+    let r = shim
+        .exec(
+            "box",
+            &args(&["head", "-c", "300000", "/dev/zero"]),
+            Duration::from_secs(10),
+            1000,
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.exit_code, r.stdout.len(), r.stdout_dropped), (0, 1000, 299_000));
+
+    // A timeout kills the process, and the answer comes at once.
+    let started = Instant::now();
+    let r = shim
+        .exec("box", &args(&["sleep", "10"]), Duration::from_millis(200), 0)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(r.timed_out && r.exit_code == 137, "{r:?}");
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert_eq!(cgroup_pids(&cgroup), vec![init], "the timed-out process is left");
+
+    // While an exec runs, the shim serves State, Kill and other execs.
+    let shim = std::sync::Arc::new(ShimClient::connect(&pod.state_dir).await.unwrap());
+    let slow = {
+        let shim = shim.clone();
+        let a = args(&["sh", "-c", "sleep 1; echo slept"]);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            (
+                shim.exec("box", &a, Duration::from_secs(10), 0).await,
+                started.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    assert_eq!(shim.state("box").await.unwrap().status, ContainerStatus::Running);
+    let state_took = started.elapsed();
+    let r = shim
+        .exec("box", &args(&["echo", "quick"]), Duration::from_secs(10), 0)
+        .await
+        .unwrap();
+    let quick_took = started.elapsed();
+    shim.kill("box", libc::SIGWINCH, false).await.unwrap();
+    assert!(state_took < Duration::from_millis(100), "State took {state_took:?}");
+    assert!(quick_took < Duration::from_millis(700), "exec took {quick_took:?}");
+    assert_eq!(r.stdout, b"quick\n");
+    let (slow, slow_took) = slow.await.unwrap();
+    let slow = slow.unwrap();
+    assert_eq!((slow.exit_code, slow.stdout.as_slice()), (0, &b"slept\n"[..]));
+    assert!(slow_took >= Duration::from_secs(1), "{slow_took:?}");
+
+    // A client that gives up (drops the call): the shim kills the process.
+    let _ = tokio::time::timeout(
+        Duration::from_millis(300),
+        shim.exec("box", &args(&["sleep", "100"]), Duration::ZERO, 0),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cgroup_pids(&cgroup) != vec![init] {
+        assert!(
+            Instant::now() < deadline,
+            "abandoned exec still runs: {:?}",
+            cgroup_pids(&cgroup)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Failures.
+    let e = shim
+        .exec("box", &args(&["/no/such/binary"]), Duration::from_secs(10), 0)
+        .await;
+    assert!(
+        matches!(
+            e,
+            Err(ShimError::Remote {
+                code: ErrorCode::Internal,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(
+        shim.exec("nope", &args(&["true"]), Duration::from_secs(1), 0).await,
+        Err(ShimError::NotFound(_))
+    ));
+    let b = pod.bundle("created", &["true"], |_| {});
+    shim.create_container_with("created", &b, &CreateOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        shim.exec("created", &args(&["true"]), Duration::from_secs(1), 0).await,
+        Err(ShimError::Remote {
+            code: ErrorCode::FailedPrecondition,
+            ..
+        })
+    ));
+    // The exec answers' files are gone.
+    let stray: Vec<_> = std::fs::read_dir(&pod.state_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("exec-"))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+
+    // The idle shim, with a container whose log pipes it watches, after all this.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let shim_pid = shim.shim_pid().unwrap();
+    eprintln!(
+        "idle shim after execs, a logging container running: VmRSS {} KiB (anon {} KiB, file {} KiB)",
+        status_kib(shim_pid, "VmRSS"),
+        status_kib(shim_pid, "RssAnon"),
+        status_kib(shim_pid, "RssFile"),
+    );
+
+    // Stopped: no exec. A SIGKILL that is no OOM kill is not reported as one.
+    shim.kill("box", libc::SIGKILL, false).await.unwrap();
+    let s = wait_stopped(&shim, "box").await;
+    assert_eq!((s.exit_code, s.oom_killed), (Some(137), false));
+    assert!(matches!(
+        shim.exec("box", &args(&["true"]), Duration::from_secs(1), 0).await,
+        Err(ShimError::Remote {
+            code: ErrorCode::FailedPrecondition,
+            ..
+        })
+    ));
+    drop(shim);
+    pod.finish().await;
+}
+
+#[tokio::test]
+async fn oom_kill_is_reported() {
+    let memory = Path::new("/sys/fs/cgroup/memory");
+    let pod = Pod::start("oom", &["hog"]).await;
+    let b = pod.bundle(
+        "hog",
+        &[
+            "sh",
+            "-c",
+            r#"x=$(head -c 100000000 /dev/zero | tr '\0' a); echo survived"#,
+        ],
+        |c| {
+            c["linux"]["resources"]["memory"] = serde_json::json!({"limit": 32 << 20});
+        },
+    );
+    let shim = &pod.shim;
+    shim.create_container_with("hog", &b, &CreateOptions::default())
+        .await
+        .unwrap();
+    if memory.is_dir() {
+        let limit = std::fs::read_to_string(memory.join(pod.cgroup("hog")).join("memory.limit_in_bytes")).unwrap();
+        assert_eq!(limit.trim(), (32u64 << 20).to_string());
+    }
+    shim.start_container("hog").await.unwrap();
+    let s = wait_stopped(shim, "hog").await;
+    assert_eq!(
+        (s.status, s.exit_code, s.oom_killed),
+        (ContainerStatus::Stopped, Some(137), true)
+    );
+    let rec = read_exit_file(&pod.state_dir, "hog").unwrap().unwrap();
+    assert!(rec.oom_killed);
+    shim.delete_container("hog").await.unwrap();
+    pod.finish().await;
 }

@@ -14,11 +14,15 @@
 //! ```
 //! Reaping happens only between requests (the event loop and the start of each request), never
 //! while libcontainer runs: it forks and waits for its own helper processes.
+//!
+//! A container with a log path has pipes for stdout and stderr whose read ends the shim keeps
+//! (logs.rs); exec'd processes (exec.rs) are tracked here too, since their exits are reaped here.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -35,7 +39,10 @@ use nix::unistd::{fork, ForkResult, Pid};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::exec::{self, Capture, Exec};
 use crate::exits::{self, exit_of, now_ns, ExitRecord};
+use crate::logs::{self, ContainerLog, LogFile, LogStream};
+use crate::oom;
 use crate::pb::{self, ErrorCode};
 
 /// How long DeleteContainer waits for a SIGKILLed container to be reaped.
@@ -68,6 +75,9 @@ impl ApiError {
     fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
     }
+    fn precondition(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::FailedPrecondition, message)
+    }
 }
 
 /// An error with its whole source chain, for messages a person can act on.
@@ -92,11 +102,46 @@ pub enum Status {
     Stopped(ExitRecord),
 }
 
+impl Status {
+    fn name(&self) -> &'static str {
+        match self {
+            Status::Created => "created",
+            Status::Running => "running",
+            Status::Stopped(_) => "stopped",
+        }
+    }
+}
+
 struct Entry {
     pid: i32,
     status: Status,
     created_at_ns: i64,
     started_at_ns: i64,
+    /// Where its output goes, when it has a log file.
+    log: Option<ContainerLog>,
+    /// Its memory cgroup's OOM kill counter file and the count at creation.
+    oom: Option<(PathBuf, u64)>,
+}
+
+/// What CreateContainer asks for besides the bundle.
+#[derive(Debug, Default, Clone)]
+pub struct CreateOptions {
+    pub create_only: bool,
+    /// Absolute; empty: stdout and stderr are /dev/null.
+    pub log_path: String,
+    pub stdin: bool,
+    pub tty: bool,
+    /// 0: the default.
+    pub max_log_line_bytes: u32,
+}
+
+/// A descriptor the event loop polls for this module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A container's stdout (0) or stderr (1) pipe.
+    Log(String, usize),
+    /// An exec's (by serial) stdout (0) or stderr (1) pipe.
+    Exec(u64, usize),
 }
 
 pub struct Containers {
@@ -107,6 +152,9 @@ pub struct Containers {
     /// Exit records (`<state-dir>/exits`).
     exits_dir: PathBuf,
     table: BTreeMap<String, Entry>,
+    /// Exec'd processes whose answer is pending.
+    execs: Vec<Exec>,
+    next_exec: u64,
 }
 
 /// The container ids libcontainer accepts, which are also safe as file names.
@@ -133,6 +181,27 @@ fn dev_null() -> Result<File, ApiError> {
         .map_err(|e| ApiError::internal(format!("opening /dev/null: {e}")))
 }
 
+/// A pipe for a child's output: (read end, non-blocking; write end). Both close-on-exec (the
+/// container's init dup2s the write end onto its stdout or stderr).
+fn output_pipe() -> Result<(OwnedFd, OwnedFd), ApiError> {
+    let (r, w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ApiError::internal(format!("pipe: {e}")))?;
+    nix::fcntl::fcntl(
+        r.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .map_err(|e| ApiError::internal(format!("fcntl: {e}")))?;
+    Ok((r, w))
+}
+
+/// `fd`, or /dev/null.
+fn or_dev_null(fd: Option<OwnedFd>) -> Result<OwnedFd, ApiError> {
+    match fd {
+        Some(fd) => Ok(fd),
+        None => Ok(dev_null()?.into()),
+    }
+}
+
 impl Containers {
     pub fn new(root: PathBuf, exits_dir: PathBuf, log_fd: RawFd) -> Self {
         Containers {
@@ -140,6 +209,8 @@ impl Containers {
             log_fd,
             exits_dir,
             table: BTreeMap::new(),
+            execs: Vec::new(),
+            next_exec: 1,
         }
     }
 
@@ -153,7 +224,7 @@ impl Containers {
         self.table.len()
     }
 
-    pub fn create(&mut self, id: &str, bundle: &str, create_only: bool) -> Result<u32, ApiError> {
+    pub fn create(&mut self, id: &str, bundle: &str, opts: &CreateOptions) -> Result<u32, ApiError> {
         validate_id(id)?;
         if self.table.contains_key(id) {
             return Err(ApiError::new(
@@ -168,18 +239,52 @@ impl Containers {
         if !bundle.join("config.json").is_file() {
             return Err(ApiError::invalid(format!("bundle {bundle:?} has no config.json")));
         }
+        if opts.stdin || opts.tty {
+            return Err(ApiError::new(
+                ErrorCode::Unimplemented,
+                "containers with stdin or a terminal are not supported by this shim yet",
+            ));
+        }
+        let log_path = Path::new(&opts.log_path);
+        if !opts.log_path.is_empty() && !log_path.is_absolute() {
+            return Err(ApiError::invalid(format!("log path {log_path:?} is not absolute")));
+        }
         self.remove_leftover(id);
 
+        // Output: pipes whose read ends this shim keeps, or /dev/null.
+        let mut log = None;
+        let mut child_out = [None, None];
+        if !opts.log_path.is_empty() {
+            let max_line = match opts.max_log_line_bytes as usize {
+                0 => logs::DEFAULT_MAX_LINE,
+                n => n.clamp(logs::MIN_MAX_LINE, logs::MAX_MAX_LINE),
+            };
+            let file = LogFile::open(log_path.to_path_buf(), max_line)
+                .map_err(|e| ApiError::internal(format!("opening the log file {log_path:?}: {e}")))?;
+            let (out_r, out_w) = output_pipe()?;
+            let (err_r, err_w) = output_pipe()?;
+            log = Some(ContainerLog {
+                file,
+                streams: [LogStream::new("stdout", out_r), LogStream::new("stderr", err_r)],
+            });
+            child_out = [Some(out_w), Some(err_w)];
+        }
+        let keep: Vec<RawFd> = std::iter::once(self.log_fd)
+            .chain(child_out.iter().flatten().map(|f| f.as_raw_fd()))
+            .collect();
+        let [stdout, stderr] = child_out;
+
         let root = self.root.clone();
-        let log = self.log_path();
-        let pid = in_helper(&format!("creating container {id}"), self.log_fd, || {
+        let log_file = self.log_path();
+        // The closure owns the write ends: the shim's copies close when in_helper returns.
+        let pid = in_helper(&format!("creating container {id}"), &keep, move || {
             let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
                 .with_executor(ShimExecutor)
                 .with_root_path(&root)
                 .map_err(|e| ApiError::internal(chain(&e)))?
                 .with_stdin(dev_null()?)
-                .with_stdout(dev_null()?)
-                .with_stderr(dev_null()?)
+                .with_stdout(or_dev_null(stdout)?)
+                .with_stderr(or_dev_null(stderr)?)
                 .validate_id()
                 .map_err(|e| ApiError::invalid(chain(&e)))?
                 .as_init(bundle)
@@ -187,7 +292,10 @@ impl Containers {
                 .with_detach(true)
                 .build()
                 .map_err(|e| {
-                    ApiError::internal(format!("creating container {id}: {} (details in {log:?})", chain(&e)))
+                    ApiError::internal(format!(
+                        "creating container {id}: {} (details in {log_file:?})",
+                        chain(&e)
+                    ))
                 })?;
             let Some(pid) = container.pid() else {
                 let _ = container.delete(true);
@@ -203,7 +311,12 @@ impl Containers {
                 return Err(e);
             }
         };
-        tracing::info!(id, pid, ?bundle, "container created");
+        // init is in its cgroups already (libcontainer's intermediate process joined them first).
+        let oom = oom::counter_path(pid).map(|p| {
+            let base = oom::kills(&p).unwrap_or(0);
+            (p, base)
+        });
+        tracing::info!(id, pid, ?bundle, log = %opts.log_path, oom_counter = ?oom.as_ref().map(|o| &o.0), "container created");
         self.table.insert(
             id.to_owned(),
             Entry {
@@ -211,9 +324,11 @@ impl Containers {
                 status: Status::Created,
                 created_at_ns: now_ns(),
                 started_at_ns: 0,
+                log,
+                oom,
             },
         );
-        if !create_only {
+        if !opts.create_only {
             if let Err(e) = self.start(id) {
                 if let Err(del) = self.delete(id) {
                     tracing::error!(id, error = %del.message, "removing a container that failed to start");
@@ -230,14 +345,14 @@ impl Containers {
             return Err(ApiError::new(
                 ErrorCode::FailedPrecondition,
                 format!(
-                    "container {id} is {:?}, only a created container can start",
-                    entry.status
+                    "container {id} is {}, only a created container can start",
+                    entry.status.name()
                 ),
             ));
         }
         let dir = self.root.join(id);
         let log = self.log_path();
-        in_helper(&format!("starting container {id}"), self.log_fd, || {
+        in_helper(&format!("starting container {id}"), &[self.log_fd], || {
             Container::load(dir)
                 .and_then(|mut c| c.start())
                 .map_err(|e| ApiError::internal(format!("starting container {id}: {} (details in {log:?})", chain(&e))))
@@ -263,7 +378,173 @@ impl Containers {
             finished_at_ns: exit.map(|r| r.finished_at_ns),
             created_at_ns: e.created_at_ns,
             started_at_ns: e.started_at_ns,
+            oom_killed: exit.is_some_and(|r| r.oom_killed),
+            log_bytes_dropped: e.log.as_ref().map_or(0, |l| l.file.dropped),
         })
+    }
+
+    /// Opens the container's log file again (it was renamed away to rotate it).
+    pub fn reopen_log(&mut self, id: &str) -> Result<(), ApiError> {
+        let entry = self.table.get_mut(id).ok_or_else(|| ApiError::not_found(id))?;
+        match &mut entry.log {
+            Some(log) if log.is_open() => {
+                log.file
+                    .reopen()
+                    .map_err(|e| ApiError::internal(format!("reopening the log of container {id}: {e}")))?;
+                tracing::debug!(id, "log file reopened");
+                Ok(())
+            }
+            // No log file, or its output has ended: nothing will be written any more.
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts `r.args` in the running container `r.container_id`, for the connection `conn`. The
+    /// answer comes from `take_finished_execs` once the process has exited.
+    pub fn exec(&mut self, conn: u64, r: pb::ExecRequest) -> Result<(), ApiError> {
+        let started = Instant::now();
+        let id = r.container_id.as_str();
+        let entry = self.table.get(id).ok_or_else(|| ApiError::not_found(id))?;
+        if entry.status != Status::Running {
+            return Err(ApiError::precondition(format!(
+                "container {id} is {}, exec needs a running container",
+                entry.status.name()
+            )));
+        }
+        if r.args.is_empty() || r.args[0].is_empty() {
+            return Err(ApiError::invalid("exec needs a command"));
+        }
+        if let Some(bad) = r.env.iter().find(|e| !e.contains('=') || e.starts_with('=')) {
+            return Err(ApiError::invalid(format!("environment entry {bad:?} is not KEY=VALUE")));
+        }
+        let max = match usize::try_from(r.max_output_bytes) {
+            Ok(0) | Err(_) => exec::DEFAULT_MAX_OUTPUT,
+            Ok(n) => n.min(exec::DEFAULT_MAX_OUTPUT),
+        };
+        let deadline = (r.timeout_ms > 0).then(|| started + Duration::from_millis(r.timeout_ms.into()));
+        let serial = self.next_exec;
+        self.next_exec += 1;
+
+        let (out_r, out_w) = output_pipe()?;
+        let (err_r, err_w) = output_pipe()?;
+        let keep = [self.log_fd, out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let root = self.root.clone();
+        let process_file = self
+            .root
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(format!("exec-{serial}.json"));
+        let log_file = self.log_path();
+        let (args, env) = (r.args, r.env);
+        let pid = in_helper(&format!("exec in container {id}"), &keep, move || {
+            let result = exec_in_helper(id, &root, &process_file, args, env, out_w, err_w);
+            let _ = fs::remove_file(&process_file);
+            result.map_err(|e| {
+                ApiError::new(
+                    e.code,
+                    format!("exec in container {id}: {} (details in {log_file:?})", e.message),
+                )
+            })
+        })?;
+        tracing::info!(id, pid, serial, setup = ?started.elapsed(), "exec started");
+        self.execs.push(Exec::new(
+            serial,
+            conn,
+            id.to_owned(),
+            pid,
+            [Capture::new(out_r, max), Capture::new(err_r, max)],
+            deadline,
+        ));
+        Ok(())
+    }
+
+    /// Descriptors to poll for output (containers' logs, execs).
+    pub fn poll_sources(&self) -> Vec<(Source, BorrowedFd<'_>)> {
+        let mut out = Vec::new();
+        for (id, e) in &self.table {
+            if let Some(log) = &e.log {
+                for (i, s) in log.streams.iter().enumerate() {
+                    if let Some(fd) = s.fd() {
+                        out.push((Source::Log(id.clone(), i), fd));
+                    }
+                }
+            }
+        }
+        for x in &self.execs {
+            for (i, c) in x.out.iter().enumerate() {
+                if let Some(fd) = c.fd() {
+                    out.push((Source::Exec(x.serial, i), fd));
+                }
+            }
+        }
+        out
+    }
+
+    /// A polled descriptor is readable (or hung up).
+    pub fn on_readable(&mut self, source: &Source) {
+        match source {
+            Source::Log(id, i) => {
+                if let Some(log) = self.table.get_mut(id).and_then(|e| e.log.as_mut()) {
+                    log.drain(*i, id, false);
+                }
+            }
+            Source::Exec(serial, i) => {
+                if let Some(x) = self.execs.iter_mut().find(|x| x.serial == *serial) {
+                    x.out[*i].drain(false);
+                }
+            }
+        }
+    }
+
+    /// The earliest time an exec needs attention (a timeout, the end of waiting for its output).
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.execs.iter().filter_map(|x| x.wake_at()).min()
+    }
+
+    /// Kills timed-out execs and hands out the answers of finished ones: (connection, answer);
+    /// answers of execs whose connection went away are dropped.
+    pub fn take_finished_execs(&mut self) -> Vec<(u64, pb::ExecResponse)> {
+        let now = Instant::now();
+        for x in &mut self.execs {
+            x.check_timeout(now);
+        }
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.execs.len() {
+            if self.execs[i].is_done(now) {
+                let x = self.execs.swap_remove(i);
+                let conn = x.conn;
+                let (serial, container) = (x.serial, x.container.clone());
+                let resp = x.into_response();
+                tracing::info!(
+                    container,
+                    serial,
+                    exit_code = resp.exit_code,
+                    timed_out = resp.timed_out,
+                    "exec finished"
+                );
+                if let Some(conn) = conn {
+                    out.push((conn, resp));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// The connection waiting for these execs went away: kill them, nobody wants their answer.
+    pub fn abandon_execs(&mut self, conn: u64) {
+        for x in self.execs.iter_mut().filter(|x| x.conn == Some(conn)) {
+            tracing::info!(container = %x.container, pid = x.pid, "exec's client went away, killing it");
+            x.conn = None;
+            x.kill();
+        }
+    }
+
+    #[cfg(test)]
+    pub fn pending_execs(&self) -> usize {
+        self.execs.len()
     }
 
     pub fn kill(&mut self, id: &str, signal: u32, all: bool) -> Result<(), ApiError> {
@@ -278,7 +559,7 @@ impl Containers {
             let nsig = Signal::try_from(sig)
                 .map_err(|_| ApiError::invalid(format!("signal {sig} cannot be sent to all processes")))?;
             let dir = self.root.join(id);
-            let killed = in_helper(&format!("killing container {id}"), self.log_fd, || {
+            let killed = in_helper(&format!("killing container {id}"), &[self.log_fd], || {
                 Container::load(dir)
                     .and_then(|mut c| c.kill(nsig, true))
                     .map_err(|e| ApiError::internal(chain(&e)))
@@ -319,7 +600,7 @@ impl Containers {
         let dir = self.root.join(id);
         if !matches!(entry.status, Status::Stopped(_)) {
             let pid = entry.pid;
-            let killed = in_helper(&format!("killing container {id}"), self.log_fd, || {
+            let killed = in_helper(&format!("killing container {id}"), &[self.log_fd], || {
                 Container::load(dir.clone())
                     .and_then(|mut c| c.kill(Signal::SIGKILL, true))
                     .map_err(|e| ApiError::internal(chain(&e)))
@@ -335,8 +616,11 @@ impl Containers {
                 )));
             }
         }
+        if let Some(log) = self.table.get_mut(id).and_then(|e| e.log.as_mut()) {
+            log.close(id);
+        }
         if dir.exists() {
-            in_helper(&format!("deleting container {id}"), self.log_fd, || {
+            in_helper(&format!("deleting container {id}"), &[self.log_fd], || {
                 Container::load(dir.clone())
                     .and_then(|mut c| c.delete(true))
                     .map_err(|e| ApiError::internal(format!("deleting container {id}: {}", chain(&e))))
@@ -426,19 +710,36 @@ impl Containers {
             .iter_mut()
             .find(|(_, e)| e.pid == pid && !matches!(e.status, Status::Stopped(_)))
         else {
-            tracing::debug!(pid, exit_code, "reaped a process that is no container's init");
+            if let Some(x) = self.execs.iter_mut().find(|x| x.pid == pid && !x.exited()) {
+                tracing::debug!(pid, exit_code, container = %x.container, "exec'd process exited");
+                x.on_exit(exit_code);
+            } else {
+                tracing::debug!(pid, exit_code, "reaped a process that is no container's init");
+            }
             return;
         };
+        let finished_at_ns = now_ns();
+        // Everything it wrote is in the log before its exit is reported.
+        if let Some(log) = &mut entry.log {
+            log.drain_all(id);
+        }
+        // The kernel's OOM killer sends SIGKILL; the cgroup is still there (removed at delete).
+        let oom_killed = exit_code == 128 + libc::SIGKILL
+            && entry
+                .oom
+                .as_ref()
+                .is_some_and(|(path, base)| oom::kills(path).is_some_and(|n| n > *base));
         let record = ExitRecord {
             exit_code,
-            finished_at_ns: now_ns(),
+            finished_at_ns,
+            oom_killed,
         };
         // Durable before anyone can see it.
         if let Err(e) = exits::write(&self.exits_dir, id, &record) {
             tracing::error!(id, error = %e, "writing the exit file failed; exit kept in memory only");
         }
         entry.status = Status::Stopped(record);
-        tracing::info!(id, pid, exit_code, "container exited");
+        tracing::info!(id, pid, exit_code, oom_killed, "container exited");
     }
 
     /// Removes what a failed or interrupted earlier attempt left in libcontainer's root.
@@ -448,7 +749,7 @@ impl Containers {
             return;
         }
         tracing::warn!(id, ?dir, "removing leftover container state");
-        let deleted = in_helper(&format!("deleting leftover container {id}"), self.log_fd, || {
+        let deleted = in_helper(&format!("deleting leftover container {id}"), &[self.log_fd], || {
             Container::load(dir.clone())
                 .and_then(|mut c| c.delete(true))
                 .map_err(|e| ApiError::internal(chain(&e)))
@@ -467,9 +768,67 @@ enum HelperAnswer<T> {
     Err { code: i32, message: String },
 }
 
+/// The helper's part of an exec: the container's process (from its bundle) with other args and
+/// env, written to `process_file` for libcontainer's tenant builder, run with the given output.
+fn exec_in_helper(
+    id: &str,
+    root: &Path,
+    process_file: &Path,
+    args: Vec<String>,
+    env: Vec<String>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+) -> Result<i32, ApiError> {
+    let container = Container::load(root.join(id)).map_err(|e| ApiError::internal(chain(&e)))?;
+    let spec = Spec::load(container.bundle().join("config.json")).map_err(|e| ApiError::internal(chain(&e)))?;
+    let mut process = spec
+        .process()
+        .clone()
+        .ok_or_else(|| ApiError::internal("the container's spec has no process"))?;
+    let mut merged: Vec<String> = process
+        .env()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            let key = e.split('=').next().unwrap_or("");
+            !env.iter().any(|o| o.split('=').next() == Some(key))
+        })
+        .collect();
+    merged.extend(env);
+    process
+        .set_args(Some(args))
+        .set_env(Some(merged))
+        .set_terminal(Some(false))
+        .set_console_size(None);
+    let body = serde_json::to_vec(&process).map_err(|e| ApiError::internal(e.to_string()))?;
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(process_file)
+        .and_then(|mut f| f.write_all(&body))
+        .map_err(|e| ApiError::internal(format!("writing {process_file:?}: {e}")))?;
+    let pid = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
+        .with_executor(ShimExecutor)
+        .with_root_path(root)
+        .map_err(|e| ApiError::internal(chain(&e)))?
+        .with_stdin(dev_null()?)
+        .with_stdout(stdout)
+        .with_stderr(stderr)
+        .as_tenant()
+        .with_process(Some(process_file))
+        .with_detach(true)
+        .build()
+        .map_err(|e| ApiError::internal(chain(&e)))?;
+    Ok(pid.as_raw())
+}
+
 /// Runs `f` (libcontainer work) in a forked child of the shim and returns its result. The shim is
-/// single-threaded, so the child is a faithful copy; it exits right after answering.
-fn in_helper<T, F>(what: &str, keep_fd: RawFd, f: F) -> Result<T, ApiError>
+/// single-threaded, so the child is a faithful copy; it exits right after answering. The child
+/// keeps only stdio, its answer pipe and `keep` open.
+fn in_helper<T, F>(what: &str, keep: &[RawFd], f: F) -> Result<T, ApiError>
 where
     T: Serialize + DeserializeOwned,
     F: FnOnce() -> Result<T, ApiError>,
@@ -483,7 +842,9 @@ where
             // The shim's sockets and signalfd must not live on in what libcontainer starts (a
             // created container's init keeps its descriptors until it execs, maybe long after
             // the shim is gone, and would keep the shim's socket answering connects).
-            close_fds_except(&[tx.as_raw_fd(), keep_fd]);
+            let mut keep = keep.to_vec();
+            keep.push(tx.as_raw_fd());
+            close_fds_except(&keep);
             unsafe { libc::prctl(libc::PR_SET_NAME, c"shim-helper".as_ptr(), 0, 0, 0) };
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
                 Err(ApiError::internal(format!(
@@ -602,11 +963,39 @@ struct ShimExecutor;
 impl Executor for ShimExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
         reset_signals();
+        writable_null_stdio();
         DefaultExecutor {}.exec(spec)
     }
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
         DefaultExecutor {}.validate(spec)
+    }
+}
+
+/// libcontainer 0.7 replaces stdio that is the host's /dev/null by the container's, opened
+/// read-only (`reopen_dev_null`): a container whose output goes to /dev/null would fail every
+/// write (EBADF; `echo` exits 1). Runs in the container's init, just before exec: stdout and stderr
+/// on a read-only /dev/null get a writable one.
+fn writable_null_stdio() {
+    for fd in [1, 2] {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0
+            || st.st_mode & libc::S_IFMT != libc::S_IFCHR
+            || st.st_rdev != libc::makedev(1, 3)
+        {
+            continue;
+        }
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 || flags & libc::O_ACCMODE != libc::O_RDONLY {
+            continue;
+        }
+        let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if null >= 0 {
+            unsafe {
+                libc::dup2(null, fd);
+                libc::close(null);
+            }
+        }
     }
 }
 
@@ -671,17 +1060,17 @@ mod tests {
 
     #[test]
     fn helper_answers() {
-        assert_eq!(in_helper("t", -1, || Ok(42u32)).unwrap(), 42);
-        let e = in_helper::<(), _>("t", -1, || {
+        assert_eq!(in_helper("t", &[], || Ok(42u32)).unwrap(), 42);
+        let e = in_helper::<(), _>("t", &[], || {
             Err(ApiError::new(ErrorCode::AlreadyExists, "x".repeat(100_000)))
         })
         .unwrap_err();
         assert_eq!(e.code, ErrorCode::AlreadyExists);
         assert_eq!(e.message.len(), MAX_HELPER_MESSAGE);
-        let e = in_helper::<(), _>("t", -1, || panic!("boom")).unwrap_err();
+        let e = in_helper::<(), _>("t", &[], || panic!("boom")).unwrap_err();
         assert_eq!(e.code, ErrorCode::Internal);
         assert!(e.message.contains("panicked"), "{}", e.message);
-        let e = in_helper::<(), _>("t", -1, || unsafe { libc::_exit(3) }).unwrap_err();
+        let e = in_helper::<(), _>("t", &[], || unsafe { libc::_exit(3) }).unwrap_err();
         assert!(e.message.contains("without an answer"), "{}", e.message);
     }
 
@@ -690,7 +1079,7 @@ mod tests {
         // A grandchild that keeps the pipe's write end open (as a created container's init does)
         // must not hold up the answer.
         let started = Instant::now();
-        let v = in_helper("t", -1, || {
+        let v = in_helper("t", &[], || {
             if let Ok(ForkResult::Child) = unsafe { fork() } {
                 std::thread::sleep(Duration::from_secs(3));
                 unsafe { libc::_exit(0) }
@@ -716,19 +1105,55 @@ mod tests {
 
     #[test]
     fn create_checks_arguments_before_libcontainer() {
+        let none = CreateOptions::default();
         let dir = tempfile::tempdir().unwrap();
         let mut c = Containers::new(dir.path().join("containers"), dir.path().join("exits"), -1);
         assert_eq!(
-            c.create("a/b", "/x", false).unwrap_err().code,
+            c.create("a/b", "/x", &none).unwrap_err().code,
             ErrorCode::InvalidArgument
         );
         assert_eq!(
-            c.create("a", "rel/bundle", false).unwrap_err().code,
+            c.create("a", "rel/bundle", &none).unwrap_err().code,
             ErrorCode::InvalidArgument
         );
-        let e = c.create("a", dir.path().to_str().unwrap(), false).unwrap_err();
+        let e = c.create("a", dir.path().to_str().unwrap(), &none).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(e.message.contains("config.json"), "{}", e.message);
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let bundle = dir.path().to_str().unwrap();
+        for (opts, code) in [
+            (
+                CreateOptions {
+                    stdin: true,
+                    ..none.clone()
+                },
+                ErrorCode::Unimplemented,
+            ),
+            (
+                CreateOptions {
+                    tty: true,
+                    ..none.clone()
+                },
+                ErrorCode::Unimplemented,
+            ),
+            (
+                CreateOptions {
+                    log_path: "rel/0.log".into(),
+                    ..none.clone()
+                },
+                ErrorCode::InvalidArgument,
+            ),
+        ] {
+            assert_eq!(c.create("a", bundle, &opts).unwrap_err().code, code, "{opts:?}");
+        }
         assert_eq!(c.len(), 0);
+        assert_eq!(c.reopen_log("a").unwrap_err().code, ErrorCode::NotFound);
+        let exec = pb::ExecRequest {
+            container_id: "a".into(),
+            args: vec!["true".into()],
+            ..Default::default()
+        };
+        assert_eq!(c.exec(1, exec).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(c.pending_execs(), 0);
     }
 }

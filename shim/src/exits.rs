@@ -15,6 +15,9 @@ pub struct ExitRecord {
     pub exit_code: i32,
     /// When the shim reaped the process, nanoseconds since the Unix epoch.
     pub finished_at_ns: i64,
+    /// Killed by SIGKILL after its memory cgroup counted an OOM kill.
+    #[serde(default)]
+    pub oom_killed: bool,
 }
 
 pub fn path(dir: &Path, container_id: &str) -> PathBuf {
@@ -86,6 +89,7 @@ mod tests {
         let rec = ExitRecord {
             exit_code: 137,
             finished_at_ns: 1_700_000_000_123_456_789,
+            oom_killed: true,
         };
         assert_eq!(read(dir.path(), "c1").unwrap(), None);
         write(dir.path(), "c1", &rec).unwrap();
@@ -94,6 +98,7 @@ mod tests {
         let rec2 = ExitRecord {
             exit_code: 0,
             finished_at_ns: 1,
+            oom_killed: false,
         };
         write(dir.path(), "c1", &rec2).unwrap();
         assert_eq!(read(dir.path(), "c1").unwrap(), Some(rec2));
@@ -103,7 +108,10 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["c1.json"]);
         let text = fs::read_to_string(path(dir.path(), "c1")).unwrap();
-        assert_eq!(text, r#"{"exit_code":0,"finished_at_ns":1}"#);
+        assert_eq!(text, r#"{"exit_code":0,"finished_at_ns":1,"oom_killed":false}"#);
+        // Files of older shims (no oom_killed) still read.
+        fs::write(path(dir.path(), "old"), r#"{"exit_code":1,"finished_at_ns":2}"#).unwrap();
+        assert!(!read(dir.path(), "old").unwrap().unwrap().oom_killed);
         remove(dir.path(), "c1").unwrap();
         remove(dir.path(), "c1").unwrap();
         assert_eq!(read(dir.path(), "c1").unwrap(), None);

@@ -10,9 +10,12 @@
 //! Shutdown. It is single-threaded: one poll loop (see server.rs), no async runtime.
 
 mod containers;
+mod exec;
 mod exits;
 mod frame;
+mod logs;
 mod memory;
+mod oom;
 mod server;
 
 pub mod pb {

@@ -1,8 +1,12 @@
-//! The shim's event loop: one thread, one `poll` over the SIGCHLD signalfd, the listening socket
-//! and the open connections. Requests are handled one at a time, to completion.
+//! The shim's event loop: one thread, one `poll` over the SIGCHLD signalfd, the listening socket,
+//! the open connections and the output pipes (containers' logs, execs). Requests are handled one
+//! at a time, to completion, except Exec: its connection waits (gets no other answer) while the
+//! loop serves everything else, and gets its answer when the process has exited. Answers are
+//! queued per connection and written as the peer takes them, so a slow reader (or a 32 MiB exec
+//! answer) does not hold up the loop.
 
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -12,15 +16,18 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signalfd::SignalFd;
 use nix::sys::socket::{send, MsgFlags};
 
-use crate::containers::{ApiError, Containers};
+use crate::containers::{ApiError, Containers, CreateOptions, Source};
 use crate::frame::{self, FrameReader};
 use crate::memory;
 use crate::pb::{self, request, response, ErrorCode};
 
-/// More connections than this means someone leaks them; new ones are closed at once.
-const MAX_CONNECTIONS: usize = 16;
-/// A peer that does not take a (small) response within this time is dropped.
+/// More connections than this means someone leaks them; new ones are closed at once. (Each exec
+/// in flight holds one.)
+const MAX_CONNECTIONS: usize = 64;
+/// A peer that takes none of its pending answer for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection with this much answer unsent gets no further request served until it reads.
+const MAX_QUEUED: usize = 1 << 20;
 
 pub struct Server {
     pub sandbox_id: String,
@@ -29,12 +36,84 @@ pub struct Server {
     pub sigchld: SignalFd,
     pub containers: Containers,
     conns: Vec<Conn>,
+    next_conn: u64,
     exit_requested: bool,
 }
 
 struct Conn {
+    id: u64,
     stream: UnixStream,
     reader: FrameReader,
+    /// Encoded answers not yet sent, from `sent` on.
+    out: Vec<u8>,
+    sent: usize,
+    /// Since when `out` has been waiting without progress.
+    stalled_since: Option<Instant>,
+    /// An Exec's answer is pending: no other request is served on this connection until then.
+    waiting: bool,
+}
+
+impl Conn {
+    fn queued(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Sends what the socket takes now. Err when the peer is gone.
+    fn flush(&mut self) -> io::Result<()> {
+        let mut progressed = false;
+        while self.sent < self.out.len() {
+            match send(
+                std::os::fd::AsRawFd::as_raw_fd(&self.stream),
+                &self.out[self.sent..],
+                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(n) => {
+                    self.sent += n;
+                    progressed = true;
+                }
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.sent == self.out.len() {
+            // Answers can be large (exec output): give the memory back.
+            self.out = Vec::new();
+            self.sent = 0;
+            self.stalled_since = None;
+        } else if progressed || self.stalled_since.is_none() {
+            self.stalled_since = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn queue(&mut self, resp: &pb::Response) -> io::Result<()> {
+        self.out.extend_from_slice(&frame::encode(resp));
+        self.flush()
+    }
+}
+
+/// poll(2) on raw pollfds: nix's PollFd drops revents with bits it does not name (POLLRDHUP).
+/// `timeout_ms` -1: no timeout.
+fn poll_raw(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    Errno::result(n).map(|n| n as usize)
+}
+
+fn pollfd(fd: impl AsFd, events: i16) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events,
+        revents: 0,
+    }
+}
+
+/// What a polled descriptor is.
+enum Slot {
+    Sigchld,
+    Listener,
+    Conn(u64),
+    Output(Source),
 }
 
 impl Server {
@@ -52,6 +131,7 @@ impl Server {
             sigchld,
             containers,
             conns: Vec::new(),
+            next_conn: 1,
             exit_requested: false,
         }
     }
@@ -59,51 +139,146 @@ impl Server {
     /// Serves until a Shutdown has been answered.
     pub fn run(&mut self) {
         // Trim once after start, then whenever activity has settled (see memory.rs).
-        let mut settled = false;
+        let mut last_activity = Instant::now();
+        let mut trimmed = false;
         while !self.exit_requested {
-            let timeout = if settled {
-                PollTimeout::NONE
-            } else {
-                PollTimeout::try_from(memory::SETTLE).unwrap_or(PollTimeout::MAX)
-            };
-            let mut fds = Vec::with_capacity(2 + self.conns.len());
-            fds.push(PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN));
-            fds.push(PollFd::new(self.listener.as_fd(), PollFlags::POLLIN));
+            let now = Instant::now();
+            let mut wake = self.containers.next_wake();
             for c in &self.conns {
-                fds.push(PollFd::new(c.stream.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(&mut fds, timeout) {
-                Ok(0) => {
-                    drop(fds);
-                    memory::trim();
-                    settled = true;
-                    continue;
+                if let Some(since) = c.stalled_since {
+                    wake = Some(wake.map_or(since + WRITE_TIMEOUT, |w| w.min(since + WRITE_TIMEOUT)));
                 }
-                Ok(_) | Err(Errno::EINTR) => settled = false,
+            }
+            if !trimmed {
+                let at = last_activity + memory::SETTLE;
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+            let timeout_ms = match wake {
+                None => -1,
+                // Rounded up, so that the deadline has passed when poll returns.
+                Some(at) => at
+                    .saturating_duration_since(now)
+                    .as_micros()
+                    .div_ceil(1000)
+                    .min(i32::MAX as u128) as i32,
+            };
+
+            let mut slots = Vec::with_capacity(2 + self.conns.len());
+            let mut fds = Vec::with_capacity(2 + self.conns.len());
+            slots.push(Slot::Sigchld);
+            fds.push(pollfd(&self.sigchld, libc::POLLIN));
+            slots.push(Slot::Listener);
+            fds.push(pollfd(&self.listener, libc::POLLIN));
+            for c in &self.conns {
+                // While an exec runs, only watch for the peer going away.
+                let mut events = if c.waiting { libc::POLLRDHUP } else { libc::POLLIN };
+                if c.queued() > 0 {
+                    events |= libc::POLLOUT;
+                }
+                slots.push(Slot::Conn(c.id));
+                fds.push(pollfd(&c.stream, events));
+            }
+            for (source, fd) in self.containers.poll_sources() {
+                slots.push(Slot::Output(source));
+                fds.push(pollfd(fd, libc::POLLIN));
+            }
+            let n = match poll_raw(&mut fds, timeout_ms) {
+                Ok(n) => n,
+                Err(Errno::EINTR) => 0,
                 Err(e) => {
                     tracing::error!(error = %e, "poll");
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
-            }
-            let ready: Vec<bool> = fds.iter().map(|f| f.any().unwrap_or(false)).collect();
+            };
+            let ready: Vec<i16> = fds.iter().map(|f| f.revents).collect();
             drop(fds);
-
-            if ready[0] {
-                while let Ok(Some(_)) = self.sigchld.read_signal() {}
-                self.containers.reap();
+            if n > 0 {
+                last_activity = Instant::now();
+                trimmed = false;
             }
-            // Connections from the last to the first, so removing one keeps the others' indexes.
-            for i in (0..ready.len() - 2).rev() {
-                if ready[2 + i] && !self.serve(i) {
-                    self.conns.remove(i);
+
+            let mut accept = false;
+            for (slot, &revents) in slots.iter().zip(&ready) {
+                if revents == 0 {
+                    continue;
+                }
+                match slot {
+                    Slot::Sigchld => {
+                        while let Ok(Some(_)) = self.sigchld.read_signal() {}
+                        self.containers.reap();
+                    }
+                    Slot::Listener => accept = true,
+                    Slot::Output(source) => self.containers.on_readable(source),
+                    Slot::Conn(_) => {}
+                }
+            }
+            self.deliver_exec_answers();
+            for (slot, &revents) in slots.iter().zip(&ready) {
+                if let Slot::Conn(id) = slot {
+                    if revents != 0 {
+                        if let Some(i) = self.conn_index(*id) {
+                            if !self.on_conn_event(i, revents) {
+                                self.close_conn(i);
+                            }
+                        }
+                    }
                 }
                 if self.exit_requested {
                     return;
                 }
             }
-            if ready[1] {
+            // Execs reaped while a request was handled.
+            self.deliver_exec_answers();
+            self.drop_stalled();
+            if accept {
                 self.accept();
+            }
+            if !trimmed && last_activity.elapsed() >= memory::SETTLE && self.conns.iter().all(|c| c.queued() == 0) {
+                memory::trim();
+                trimmed = true;
+            }
+        }
+    }
+
+    fn conn_index(&self, id: u64) -> Option<usize> {
+        self.conns.iter().position(|c| c.id == id)
+    }
+
+    fn close_conn(&mut self, i: usize) {
+        let c = self.conns.remove(i);
+        if c.waiting {
+            self.containers.abandon_execs(c.id);
+        }
+        tracing::debug!(conn = c.id, "connection closed");
+    }
+
+    fn drop_stalled(&mut self) {
+        for i in (0..self.conns.len()).rev() {
+            if self.conns[i]
+                .stalled_since
+                .is_some_and(|s| s.elapsed() >= WRITE_TIMEOUT)
+            {
+                tracing::warn!(
+                    conn = self.conns[i].id,
+                    "peer does not read its answers, closing the connection"
+                );
+                self.close_conn(i);
+            }
+        }
+    }
+
+    /// Queues the answers of finished execs on their connections, which may serve requests again.
+    fn deliver_exec_answers(&mut self) {
+        for (conn, resp) in self.containers.take_finished_execs() {
+            let Some(i) = self.conn_index(conn) else { continue };
+            self.conns[i].waiting = false;
+            let resp = pb::Response {
+                kind: Some(response::Kind::Exec(resp)),
+            };
+            let ok = self.conns[i].queue(&resp).is_ok() && self.serve_buffered(i);
+            if !ok {
+                self.close_conn(i);
             }
         }
     }
@@ -120,10 +295,17 @@ impl Server {
                         tracing::warn!(error = %e, "set_nonblocking");
                         continue;
                     }
-                    tracing::debug!("connection accepted");
+                    let id = self.next_conn;
+                    self.next_conn += 1;
+                    tracing::debug!(conn = id, "connection accepted");
                     self.conns.push(Conn {
+                        id,
                         stream,
                         reader: FrameReader::default(),
+                        out: Vec::new(),
+                        sent: 0,
+                        stalled_since: None,
+                        waiting: false,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -134,6 +316,21 @@ impl Server {
                 }
             }
         }
+    }
+
+    /// Connection `i` is ready. False when it is finished (closed by the peer, or broken).
+    fn on_conn_event(&mut self, i: usize, revents: i16) -> bool {
+        if self.conns[i].queued() > 0 && self.conns[i].flush().is_err() {
+            return false;
+        }
+        if self.conns[i].waiting {
+            // Only POLLRDHUP, POLLHUP and POLLERR are watched now: the client gave up.
+            return revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0;
+        }
+        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            return self.serve(i);
+        }
+        true
     }
 
     /// Reads what connection `i` sent and answers every complete request. False when the
@@ -156,7 +353,20 @@ impl Server {
                 }
             }
         }
-        loop {
+        if !self.serve_buffered(i) {
+            return false;
+        }
+        if !open && self.conns[i].reader.is_partial() {
+            tracing::debug!("connection closed in the middle of a request");
+        }
+        // A peer that closed while its exec runs gave up on it.
+        open
+    }
+
+    /// Answers the complete requests connection `i` has sent, until one has to wait (Exec) or
+    /// too much is queued. False when the connection is finished.
+    fn serve_buffered(&mut self, i: usize) -> bool {
+        while !self.conns[i].waiting && self.conns[i].queued() < MAX_QUEUED {
             let req = match self.conns[i].reader.next_message::<pb::Request>() {
                 Ok(Some(req)) => req,
                 Ok(None) => break,
@@ -167,29 +377,36 @@ impl Server {
                     return false;
                 }
             };
-            let resp = self.handle(req);
-            if let Err(e) = write_all(&self.conns[i].stream, &frame::encode(&resp)) {
-                tracing::debug!(error = %e, "writing a response");
-                return false;
-            }
-            if self.exit_requested {
-                return false;
+            let conn_id = self.conns[i].id;
+            match self.handle(req, conn_id) {
+                Some(resp) => {
+                    if self.exit_requested {
+                        // The last answer: sent before the loop ends (bounded wait).
+                        let c = &mut self.conns[i];
+                        c.out.extend_from_slice(&frame::encode(&resp));
+                        let _ = write_all(&c.stream, &c.out[c.sent..]);
+                        return false;
+                    }
+                    if let Err(e) = self.conns[i].queue(&resp) {
+                        tracing::debug!(error = %e, "writing a response");
+                        return false;
+                    }
+                }
+                None => self.conns[i].waiting = true,
             }
         }
-        if !open && self.conns[i].reader.is_partial() {
-            tracing::debug!("connection closed in the middle of a request");
-        }
-        open
+        true
     }
 
-    fn handle(&mut self, req: pb::Request) -> pb::Response {
+    /// The answer to `req`, or None when it comes later (an exec was started for `conn`).
+    fn handle(&mut self, req: pb::Request, conn: u64) -> Option<pb::Response> {
         // Exits that happened since the last poll are recorded before anything is reported.
         self.containers.reap();
         let Some(kind) = req.kind else {
-            return error_response(ApiError::new(
+            return Some(error_response(ApiError::new(
                 ErrorCode::Unimplemented,
                 "request of a kind this shim does not know (the shim is older than the daemon?)",
-            ));
+            )));
         };
         let name = request_name(&kind);
         let started = Instant::now();
@@ -199,10 +416,18 @@ impl Server {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 sandbox_id: self.sandbox_id.clone(),
             })),
-            request::Kind::CreateContainer(r) => self
-                .containers
-                .create(&r.container_id, &r.bundle, r.create_only)
-                .map(|pid| response::Kind::CreateContainer(pb::CreateContainerResponse { pid })),
+            request::Kind::CreateContainer(r) => {
+                let opts = CreateOptions {
+                    create_only: r.create_only,
+                    log_path: r.log_path,
+                    stdin: r.stdin,
+                    tty: r.tty,
+                    max_log_line_bytes: r.max_log_line_bytes,
+                };
+                self.containers
+                    .create(&r.container_id, &r.bundle, &opts)
+                    .map(|pid| response::Kind::CreateContainer(pb::CreateContainerResponse { pid }))
+            }
             request::Kind::StartContainer(r) => self
                 .containers
                 .start(&r.container_id)
@@ -219,15 +444,26 @@ impl Server {
             request::Kind::Shutdown(_) => self
                 .shutdown()
                 .map(|()| response::Kind::Shutdown(pb::ShutdownResponse {})),
+            request::Kind::Exec(r) => match self.containers.exec(conn, r) {
+                Ok(()) => {
+                    tracing::debug!(request = name, elapsed = ?started.elapsed(), "started, answer pending");
+                    return None;
+                }
+                Err(e) => Err(e),
+            },
+            request::Kind::ReopenContainerLog(r) => self
+                .containers
+                .reopen_log(&r.container_id)
+                .map(|()| response::Kind::ReopenContainerLog(pb::ReopenContainerLogResponse {})),
         };
         match &result {
             Ok(_) => tracing::debug!(request = name, elapsed = ?started.elapsed(), "handled"),
             Err(e) => tracing::warn!(request = name, code = ?e.code, error = %e.message, "failed"),
         }
-        match result {
+        Some(match result {
             Ok(kind) => pb::Response { kind: Some(kind) },
             Err(e) => error_response(e),
-        }
+        })
     }
 
     /// Deletes every container and the shim's files; the loop ends after the answer is sent.
@@ -260,6 +496,8 @@ fn request_name(kind: &request::Kind) -> &'static str {
         request::Kind::Kill(_) => "Kill",
         request::Kind::DeleteContainer(_) => "DeleteContainer",
         request::Kind::Shutdown(_) => "Shutdown",
+        request::Kind::Exec(_) => "Exec",
+        request::Kind::ReopenContainerLog(_) => "ReopenContainerLog",
     }
 }
 

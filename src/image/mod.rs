@@ -207,9 +207,12 @@ impl ImageManager {
         let images = self.store.list::<ImageRecord>()?;
         let live_blobs: std::collections::HashSet<&Digest> =
             images.iter().flat_map(|i| i.blobs()).chain(in_flight.iter()).collect();
+        // Containers keep their rootfs layers even when their image is removed.
+        let containers = self.store.list::<crate::container::record::ContainerRecord>()?;
         let live_chains: std::collections::HashSet<&Digest> = images
             .iter()
             .flat_map(|i| i.layers.iter().map(|l| &l.chain_id))
+            .chain(containers.iter().flat_map(|c| c.chain_ids.iter()))
             .chain(in_flight.iter())
             .collect();
         for blob in self.content.list()? {

@@ -97,7 +97,7 @@ impl SandboxManager {
         &self.cni
     }
 
-    fn sandbox_dir(&self, id: &str) -> PathBuf {
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.config.root.join("sandboxes").join(id)
     }
 
@@ -167,7 +167,7 @@ impl SandboxManager {
                 "pod sandbox name {name:?} is reserved for sandbox {holder}"
             )));
         }
-        let id = random_id();
+        let id = crate::ids::random_id();
         tracing::Span::current().record("id", id.as_str());
         let linux = config.linux.clone().unwrap_or_default();
         let security = linux.security_context.clone().unwrap_or_default();
@@ -353,6 +353,11 @@ impl SandboxManager {
                 "the systemd cgroup driver is not supported by scute's shim yet; use runtime.cgroup_driver = \"cgroupfs\"".into(),
             )),
         }
+    }
+
+    /// The shim of a sandbox (connecting to it after a daemon restart), if it is alive.
+    pub async fn shim_for(&self, id: &str) -> Option<Arc<ShimClient>> {
+        self.shim(id).await
     }
 
     async fn shim(&self, id: &str) -> Option<Arc<ShimClient>> {
@@ -554,15 +559,6 @@ pub fn clamp_oom_score_adj(wanted: i32) -> i32 {
         .and_then(|s| s.trim().parse::<i32>().ok())
         .unwrap_or(0);
     wanted.max(current).min(1000)
-}
-
-fn random_id() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut bytes);
-    }
-    hex::encode(bytes)
 }
 
 /// Checks a RunPodSandbox request before anything is created.

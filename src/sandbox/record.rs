@@ -85,7 +85,7 @@ impl SandboxRecord {
     }
 }
 
-mod b64 {
+pub(crate) mod b64 {
     use super::*;
     use serde::{Deserializer, Serializer};
 

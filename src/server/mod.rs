@@ -5,6 +5,14 @@
 //! (`version.rs`, `status.rs`, …), which returns a typed [`RpcError`]. This module is the one place
 //! where errors become gRPC status codes.
 
+mod container_create;
+mod container_exec_sync;
+mod container_list;
+mod container_remove;
+mod container_reopen_log;
+mod container_start;
+mod container_status;
+mod container_stop;
 mod image_convert;
 mod image_fs_info;
 mod image_list;
@@ -31,6 +39,7 @@ use tonic::{Code, Response, Status};
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::container::manager::{ContainerError, ContainerManager};
 use crate::image::{ImageError, ImageManager, PullError};
 use crate::sandbox::manager::{SandboxError, SandboxManager};
 use crate::store::{self, Store};
@@ -45,6 +54,7 @@ pub struct Cri {
     pub store: Arc<Store>,
     pub images: Arc<ImageManager>,
     pub sandboxes: Arc<SandboxManager>,
+    pub containers: Arc<ContainerManager>,
     pub started_at: SystemTime,
     /// Last node check (RuntimeReady), re-run every few seconds.
     pub runtime_readiness: crate::check::RuntimeReadiness,
@@ -85,6 +95,8 @@ pub enum RpcError {
     Image(#[from] ImageError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Container(#[from] ContainerError),
     #[error("{0}")]
     Internal(String),
 }
@@ -105,19 +117,33 @@ impl From<RpcError> for Status {
             RpcError::Unimplemented { .. } => Code::Unimplemented,
             RpcError::Store(e) => store_code(e),
             RpcError::DeadlineExceeded(_) => Code::DeadlineExceeded,
-            RpcError::Sandbox(e) => match e {
-                SandboxError::InvalidArgument(_) => Code::InvalidArgument,
-                SandboxError::NotFound(_) => Code::NotFound,
-                SandboxError::AlreadyExists(_) => Code::AlreadyExists,
-                SandboxError::FailedPrecondition(_) => Code::FailedPrecondition,
-                SandboxError::Failed(_) => Code::Internal,
-                SandboxError::Store(e) => store_code(e),
-                SandboxError::Image(e) => image_code(e),
+            RpcError::Sandbox(e) => sandbox_code(e),
+            RpcError::Container(e) => match e {
+                ContainerError::InvalidArgument(_) => Code::InvalidArgument,
+                ContainerError::NotFound(_) => Code::NotFound,
+                ContainerError::AlreadyExists(_) => Code::AlreadyExists,
+                ContainerError::FailedPrecondition(_) => Code::FailedPrecondition,
+                ContainerError::Failed(_) => Code::Internal,
+                ContainerError::Store(e) => store_code(e),
+                ContainerError::Image(e) => image_code(e),
+                ContainerError::Sandbox(e) => sandbox_code(e),
             },
             RpcError::Image(e) => image_code(e),
             RpcError::Internal(_) => Code::Internal,
         };
         Status::new(code, err.to_string())
+    }
+}
+
+fn sandbox_code(e: &SandboxError) -> Code {
+    match e {
+        SandboxError::InvalidArgument(_) => Code::InvalidArgument,
+        SandboxError::NotFound(_) => Code::NotFound,
+        SandboxError::AlreadyExists(_) => Code::AlreadyExists,
+        SandboxError::FailedPrecondition(_) => Code::FailedPrecondition,
+        SandboxError::Failed(_) => Code::Internal,
+        SandboxError::Store(e) => store_code(e),
+        SandboxError::Image(e) => image_code(e),
     }
 }
 

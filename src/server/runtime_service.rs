@@ -68,37 +68,37 @@ impl RuntimeService for CriService {
 
     async fn create_container(
         &self,
-        _request: Request<api::CreateContainerRequest>,
+        request: Request<api::CreateContainerRequest>,
     ) -> Result<Response<api::CreateContainerResponse>, Status> {
-        instrument("CreateContainer", unimplemented("CreateContainer", CONTAINERS)).await
+        instrument("CreateContainer", self.cri.create_container(request.into_inner())).await
     }
 
     async fn start_container(
         &self,
-        _request: Request<api::StartContainerRequest>,
+        request: Request<api::StartContainerRequest>,
     ) -> Result<Response<api::StartContainerResponse>, Status> {
-        instrument("StartContainer", unimplemented("StartContainer", CONTAINERS)).await
+        instrument("StartContainer", self.cri.start_container(request.into_inner())).await
     }
 
     async fn stop_container(
         &self,
-        _request: Request<api::StopContainerRequest>,
+        request: Request<api::StopContainerRequest>,
     ) -> Result<Response<api::StopContainerResponse>, Status> {
-        instrument("StopContainer", unimplemented("StopContainer", CONTAINERS)).await
+        instrument("StopContainer", self.cri.stop_container(request.into_inner())).await
     }
 
     async fn remove_container(
         &self,
-        _request: Request<api::RemoveContainerRequest>,
+        request: Request<api::RemoveContainerRequest>,
     ) -> Result<Response<api::RemoveContainerResponse>, Status> {
-        instrument("RemoveContainer", unimplemented("RemoveContainer", CONTAINERS)).await
+        instrument("RemoveContainer", self.cri.remove_container(request.into_inner())).await
     }
 
     async fn list_containers(
         &self,
-        _request: Request<api::ListContainersRequest>,
+        request: Request<api::ListContainersRequest>,
     ) -> Result<Response<api::ListContainersResponse>, Status> {
-        instrument("ListContainers", unimplemented("ListContainers", CONTAINERS)).await
+        instrument("ListContainers", self.cri.list_containers(request.into_inner())).await
     }
 
     type StreamContainersStream = BoxStream<api::StreamContainersResponse>;
@@ -112,9 +112,9 @@ impl RuntimeService for CriService {
 
     async fn container_status(
         &self,
-        _request: Request<api::ContainerStatusRequest>,
+        request: Request<api::ContainerStatusRequest>,
     ) -> Result<Response<api::ContainerStatusResponse>, Status> {
-        instrument("ContainerStatus", unimplemented("ContainerStatus", CONTAINERS)).await
+        instrument("ContainerStatus", self.cri.container_status(request.into_inner())).await
     }
 
     async fn update_container_resources(
@@ -130,16 +130,20 @@ impl RuntimeService for CriService {
 
     async fn reopen_container_log(
         &self,
-        _request: Request<api::ReopenContainerLogRequest>,
+        request: Request<api::ReopenContainerLogRequest>,
     ) -> Result<Response<api::ReopenContainerLogResponse>, Status> {
-        instrument("ReopenContainerLog", unimplemented("ReopenContainerLog", CONTAINERS)).await
+        instrument(
+            "ReopenContainerLog",
+            self.cri.reopen_container_log(request.into_inner()),
+        )
+        .await
     }
 
     async fn exec_sync(
         &self,
-        _request: Request<api::ExecSyncRequest>,
+        request: Request<api::ExecSyncRequest>,
     ) -> Result<Response<api::ExecSyncResponse>, Status> {
-        instrument("ExecSync", unimplemented("ExecSync", CONTAINERS)).await
+        instrument("ExecSync", self.cri.exec_sync(request.into_inner())).await
     }
 
     async fn exec(&self, _request: Request<api::ExecRequest>) -> Result<Response<api::ExecResponse>, Status> {

@@ -14,6 +14,7 @@ impl Cri {
             ));
         }
         tracing::Span::current().record("id", request.pod_sandbox_id.as_str());
+        self.containers.remove_all_in(&request.pod_sandbox_id).await?;
         self.sandboxes.remove(&request.pod_sandbox_id).await?;
         Ok(RemovePodSandboxResponse {})
     }

@@ -14,6 +14,10 @@ impl Cri {
             ));
         }
         tracing::Span::current().record("id", request.pod_sandbox_id.as_str());
+        // Every container first, each with the default grace period, then pause and the network.
+        self.containers
+            .stop_all_in(&request.pod_sandbox_id, std::time::Duration::from_secs(10))
+            .await?;
         self.sandboxes.stop(&request.pod_sandbox_id).await?;
         Ok(StopPodSandboxResponse {})
     }

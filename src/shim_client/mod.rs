@@ -15,7 +15,12 @@
 //! ```
 //!
 //! One connection per client, opened lazily and reopened after an error; requests of concurrent
-//! callers are serialized by a tokio mutex (the shim handles one request at a time anyway).
+//! callers are serialized by a tokio mutex (the shim handles one request at a time anyway). An
+//! exec, which lasts as long as its process, uses a connection of its own: the shim serves other
+//! requests meanwhile, and so does this client.
+//!
+//! Container output: `create_container_with` gives the container a CRI log file that the shim
+//! writes itself (so output never waits for the daemon); `reopen_log` after the kubelet rotated it.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -40,8 +45,11 @@ pub const PID_FILE: &str = "shim.pid";
 pub const LOG_FILE: &str = "shim.log";
 pub const EXITS_DIR: &str = "exits";
 
-/// Largest frame accepted (the shim has the same limit).
-const MAX_FRAME: usize = 4 << 20;
+/// Largest answer accepted: an exec's carries up to 16 MiB of stdout and of stderr. (The shim
+/// accepts requests up to 4 MiB.)
+const MAX_FRAME: usize = 40 << 20;
+/// Most output an exec keeps per stream (the shim's cap, too).
+pub const MAX_EXEC_OUTPUT: usize = 16 << 20;
 /// Spawn: from exec to the shim listening.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests that only read or signal.
@@ -79,6 +87,11 @@ pub struct ContainerState {
     pub created_at_ns: i64,
     /// 0 while not started.
     pub started_at_ns: i64,
+    /// Set once stopped: killed by SIGKILL after its memory cgroup counted an OOM kill (the CRI
+    /// reason is then OOMKilled).
+    pub oom_killed: bool,
+    /// Output the shim could not write to the log file and dropped, in bytes.
+    pub log_bytes_dropped: u64,
 }
 
 /// An exit as the shim records it in `<state-dir>/exits/<container-id>.json`.
@@ -86,6 +99,50 @@ pub struct ContainerState {
 pub struct ExitRecord {
     pub exit_code: i32,
     pub finished_at_ns: i64,
+    /// Absent in the files of older shims.
+    #[serde(default)]
+    pub oom_killed: bool,
+}
+
+/// What a container gets besides its bundle (`create_container_with`).
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// The CRI log file (absolute); the shim creates it (0640, and missing parent directories)
+    /// and writes stdout and stderr to it. None: output goes to /dev/null.
+    pub log_path: Option<PathBuf>,
+    /// Not supported by the shim yet: true fails with `Remote { code: Unimplemented }`.
+    pub stdin: bool,
+    /// Not supported by the shim yet: true fails with `Remote { code: Unimplemented }`.
+    pub tty: bool,
+    /// Longest log line written as one entry (longer ones are split into partial entries); None:
+    /// the shim's default, 16 KiB.
+    pub max_log_line_bytes: Option<u32>,
+}
+
+/// A command to run in a running container (`exec_with`).
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    pub args: Vec<String>,
+    /// KEY=VALUE entries added to (or overriding) the container's environment.
+    pub env: Vec<String>,
+    /// The process is SIGKILLed after this long (and `timed_out` set); zero: no limit.
+    pub timeout: Duration,
+    /// Most bytes kept of stdout and of stderr each (more is dropped); 0 or more than
+    /// `MAX_EXEC_OUTPUT`: `MAX_EXEC_OUTPUT`.
+    pub max_output: usize,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    /// Exit status, or 128 + signal (137 after a timeout).
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timed_out: bool,
+    /// Output beyond `max_output` that was dropped, in bytes.
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -270,24 +327,42 @@ impl ShimClient {
         self.process.map(|p| p.pid)
     }
 
-    /// Creates and starts a container from an OCI bundle (absolute path); its init pid.
+    /// Creates and starts a container from an OCI bundle (absolute path), output to /dev/null
+    /// (the pause container); its init pid.
     pub async fn create_container(&self, id: &str, bundle: &Path) -> Result<u32, ShimError> {
-        self.create(id, bundle, false).await
+        self.create(id, bundle, false, &CreateOptions::default()).await
     }
 
-    /// Creates a container that waits for `start_container`; its init pid.
+    /// Creates a container that waits for `start_container`, output to /dev/null; its init pid.
     pub async fn create_container_only(&self, id: &str, bundle: &Path) -> Result<u32, ShimError> {
-        self.create(id, bundle, true).await
+        self.create(id, bundle, true, &CreateOptions::default()).await
     }
 
-    async fn create(&self, id: &str, bundle: &Path, create_only: bool) -> Result<u32, ShimError> {
+    /// Creates a container (CRI CreateContainer) that waits for `start_container`, with a log
+    /// file and the like; its init pid.
+    pub async fn create_container_with(&self, id: &str, bundle: &Path, opts: &CreateOptions) -> Result<u32, ShimError> {
+        self.create(id, bundle, true, opts).await
+    }
+
+    async fn create(&self, id: &str, bundle: &Path, create_only: bool, opts: &CreateOptions) -> Result<u32, ShimError> {
         let bundle = bundle
             .to_str()
             .ok_or_else(|| ShimError::Protocol(format!("bundle path {bundle:?} is not UTF-8")))?;
+        let log_path = match &opts.log_path {
+            None => String::new(),
+            Some(p) => p
+                .to_str()
+                .ok_or_else(|| ShimError::Protocol(format!("log path {p:?} is not UTF-8")))?
+                .to_string(),
+        };
         let req = request::Kind::CreateContainer(pb::CreateContainerRequest {
             container_id: id.to_string(),
             bundle: bundle.to_string(),
             create_only,
+            log_path,
+            stdin: opts.stdin,
+            tty: opts.tty,
+            max_log_line_bytes: opts.max_log_line_bytes.unwrap_or(0),
         });
         match self.call(req, SLOW_TIMEOUT).await? {
             response::Kind::CreateContainer(r) => Ok(r.pid),
@@ -322,8 +397,92 @@ impl ShimClient {
                 finished_at_ns: s.finished_at_ns,
                 created_at_ns: s.created_at_ns,
                 started_at_ns: s.started_at_ns,
+                oom_killed: s.oom_killed,
+                log_bytes_dropped: s.log_bytes_dropped,
             }),
             other => Err(unexpected("State", &other)),
+        }
+    }
+
+    /// Reopens the container's log file at its path (CRI ReopenContainerLog, after the kubelet
+    /// renamed it). A container without log file or whose output has ended is fine.
+    pub async fn reopen_log(&self, id: &str) -> Result<(), ShimError> {
+        let req = request::Kind::ReopenContainerLog(pb::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        });
+        match self.call(req, QUICK_TIMEOUT).await? {
+            response::Kind::ReopenContainerLog(_) => Ok(()),
+            other => Err(unexpected("ReopenContainerLog", &other)),
+        }
+    }
+
+    /// Runs `args` in the running container (CRI ExecSync) and waits for it: killed after
+    /// `timeout` (zero: no limit), at most `max_output` bytes kept of stdout and of stderr each
+    /// (0: `MAX_EXEC_OUTPUT`). `NotFound` for an unknown container; `Remote { FailedPrecondition }`
+    /// for one that is not running.
+    pub async fn exec(
+        &self,
+        id: &str,
+        args: &[String],
+        timeout: Duration,
+        max_output: usize,
+    ) -> Result<ExecResult, ShimError> {
+        self.exec_with(
+            id,
+            &ExecOptions {
+                args: args.to_vec(),
+                env: Vec::new(),
+                timeout,
+                max_output,
+            },
+        )
+        .await
+    }
+
+    /// `exec` with all options. Uses a connection of its own (other calls go on meanwhile); if
+    /// this future is dropped, the connection closes and the shim kills the process.
+    pub async fn exec_with(&self, id: &str, opts: &ExecOptions) -> Result<ExecResult, ShimError> {
+        let timeout_ms = if opts.timeout.is_zero() {
+            0
+        } else {
+            // Rounded up: a timeout below a millisecond is not "none".
+            opts.timeout.as_micros().div_ceil(1000).clamp(1, u32::MAX as u128) as u32
+        };
+        let request = pb::Request {
+            kind: Some(request::Kind::Exec(pb::ExecRequest {
+                container_id: id.to_string(),
+                args: opts.args.clone(),
+                env: opts.env.clone(),
+                timeout_ms,
+                max_output_bytes: opts.max_output.min(MAX_EXEC_OUTPUT) as u64,
+            })),
+        };
+        let mut stream = open(&self.socket).await?;
+        let round_trip = async {
+            stream.write_all(&encode(&request)).await.map_err(io_error)?;
+            read_frame(&mut stream).await
+        };
+        // The shim enforces the timeout; this bound only covers a shim that hangs.
+        let response = if opts.timeout.is_zero() {
+            round_trip.await?
+        } else {
+            let bound = opts.timeout + QUICK_TIMEOUT;
+            tokio::time::timeout(bound, round_trip)
+                .await
+                .map_err(|_| ShimError::Timeout(bound))??
+        };
+        match response.kind {
+            Some(response::Kind::Exec(r)) => Ok(ExecResult {
+                exit_code: r.exit_code,
+                stdout: r.stdout,
+                stderr: r.stderr,
+                timed_out: r.timed_out,
+                stdout_dropped: r.stdout_dropped,
+                stderr_dropped: r.stderr_dropped,
+            }),
+            Some(response::Kind::Error(e)) => Err(remote(e)),
+            Some(other) => Err(unexpected("Exec", &other)),
+            None => Err(ShimError::Protocol("response of an unknown kind".into())),
         }
     }
 
@@ -553,6 +712,8 @@ mod tests {
                 finished_at_ns: Some(5),
                 created_at_ns: 1,
                 started_at_ns: 2,
+                oom_killed: true,
+                log_bytes_dropped: 0,
             })),
             request::Kind::State(r) => resp(response::Kind::Error(pb::Error {
                 code: pb::ErrorCode::NotFound as i32,
@@ -579,8 +740,8 @@ mod tests {
 
         let s = c.state("c").await.unwrap();
         assert_eq!(
-            (s.pid, s.status, s.exit_code, s.finished_at_ns),
-            (42, ContainerStatus::Stopped, Some(137), Some(5))
+            (s.pid, s.status, s.exit_code, s.finished_at_ns, s.oom_killed),
+            (42, ContainerStatus::Stopped, Some(137), Some(5), true)
         );
         assert!(matches!(c.state("x").await, Err(ShimError::NotFound(m)) if m == "no container x"));
         c.kill("c", 9, true).await.unwrap();
@@ -597,6 +758,86 @@ mod tests {
         // The fake hangs up on StartContainer: Gone, and the next call reconnects.
         assert!(matches!(c.start_container("c").await, Err(ShimError::Gone(_))));
         assert_eq!(c.state("c").await.unwrap().pid, 42);
+    }
+
+    #[tokio::test]
+    async fn exec_uses_its_own_connection_and_create_options_reach_the_shim() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap();
+        // Exec answers wait for this; everything else answers at once.
+        let release = std::sync::Arc::new(tokio::sync::Notify::new());
+        let release2 = release.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let release = release2.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let mut h = [0u8; 4];
+                        if s.read_exact(&mut h).await.is_err() {
+                            return;
+                        }
+                        let mut p = vec![0u8; u32::from_be_bytes(h) as usize];
+                        s.read_exact(&mut p).await.unwrap();
+                        let kind = match pb::Request::decode(p.as_slice()).unwrap().kind.unwrap() {
+                            request::Kind::Ping(_) => ping(),
+                            request::Kind::State(_) => response::Kind::State(pb::StateResponse {
+                                status: pb::ContainerStatus::Running as i32,
+                                ..Default::default()
+                            }),
+                            request::Kind::CreateContainer(r) => {
+                                assert!(r.create_only);
+                                assert_eq!(r.log_path, "/var/log/pods/x/c/0.log");
+                                assert_eq!(r.max_log_line_bytes, 1024);
+                                assert!(!r.stdin && !r.tty);
+                                response::Kind::CreateContainer(pb::CreateContainerResponse { pid: 9 })
+                            }
+                            request::Kind::ReopenContainerLog(_) => {
+                                response::Kind::ReopenContainerLog(pb::ReopenContainerLogResponse {})
+                            }
+                            request::Kind::Exec(r) => {
+                                assert_eq!(r.args, ["sh", "-c", "exit 3"]);
+                                assert_eq!(r.timeout_ms, 1500);
+                                assert_eq!(r.max_output_bytes, MAX_EXEC_OUTPUT as u64);
+                                release.notified().await;
+                                response::Kind::Exec(pb::ExecResponse {
+                                    exit_code: 3,
+                                    stdout: b"hi\n".to_vec(),
+                                    stderr: vec![0; 6 << 20],
+                                    ..Default::default()
+                                })
+                            }
+                            _ => return,
+                        };
+                        let resp = pb::Response { kind: Some(kind) };
+                        s.write_all(&encode(&resp)).await.unwrap();
+                    }
+                });
+            }
+        });
+        let c = std::sync::Arc::new(ShimClient::connect(dir.path()).await.unwrap());
+        let opts = CreateOptions {
+            log_path: Some("/var/log/pods/x/c/0.log".into()),
+            max_log_line_bytes: Some(1024),
+            ..Default::default()
+        };
+        assert_eq!(c.create_container_with("c", Path::new("/b"), &opts).await.unwrap(), 9);
+        c.reopen_log("c").await.unwrap();
+        let c2 = c.clone();
+        let exec = tokio::spawn(async move {
+            let args: Vec<String> = ["sh", "-c", "exit 3"].map(String::from).to_vec();
+            c2.exec("c", &args, Duration::from_millis(1500), usize::MAX).await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The exec is pending; State still answers.
+        assert_eq!(c.state("c").await.unwrap().status, ContainerStatus::Running);
+        release.notify_one();
+        // An answer bigger than the 4 MiB request limit is fine.
+        let r = exec.await.unwrap().unwrap();
+        assert_eq!(
+            (r.exit_code, r.stdout.as_slice(), r.stderr.len()),
+            (3, &b"hi\n"[..], 6 << 20)
+        );
     }
 
     #[tokio::test]
@@ -677,9 +918,16 @@ mod tests {
             read_exit_file(dir.path(), "c").unwrap(),
             Some(ExitRecord {
                 exit_code: 137,
-                finished_at_ns: 12
+                finished_at_ns: 12,
+                oom_killed: false,
             })
         );
+        std::fs::write(
+            dir.path().join("exits/c.json"),
+            r#"{"exit_code":137,"finished_at_ns":12,"oom_killed":true}"#,
+        )
+        .unwrap();
+        assert!(read_exit_file(dir.path(), "c").unwrap().unwrap().oom_killed);
     }
 
     #[test]

@@ -1,0 +1,145 @@
+//! OOM kills of a container: its memory cgroup counts them (`oom_kill N` in memory.oom_control on
+//! cgroup v1, in memory.events on v2). The shim finds the file when the container is created (from
+//! its init's /proc/<pid>/cgroup and the shim's mountinfo), remembers the count then, and on an exit
+//! by SIGKILL reads it again, before the cgroup is removed.
+
+use std::path::{Path, PathBuf};
+
+/// The counter file of the memory cgroup `pid` is in, if it has one.
+pub fn counter_path(pid: i32) -> Option<PathBuf> {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    find_counter(&cgroup, &mountinfo).into_iter().find(|p| p.is_file())
+}
+
+/// Candidate counter files: the v1 memory controller's, then the unified hierarchy's.
+fn find_counter(proc_cgroup: &str, mountinfo: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in proc_cgroup.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == "memory") {
+            if let Some(dir) = mount_dir(mountinfo, path, |fstype, opts| {
+                fstype == "cgroup" && opts.split(',').any(|o| o == "memory")
+            }) {
+                out.push(dir.join("memory.oom_control"));
+            }
+        }
+    }
+    for line in proc_cgroup.lines() {
+        if let Some(path) = line.strip_prefix("0::") {
+            if let Some(dir) = mount_dir(mountinfo, path, |fstype, _| fstype == "cgroup2") {
+                out.push(dir.join("memory.events"));
+            }
+        }
+    }
+    out
+}
+
+/// The directory of cgroup `path` in the first mount of a hierarchy that `wanted` accepts.
+fn mount_dir(mountinfo: &str, path: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        if left.len() < 5 || right.len() < 3 || !wanted(right[0], right[2]) {
+            continue;
+        }
+        let (root, mount_point) = (left[3], unescape(left[4]));
+        // A mount of a sub-tree shows the cgroups below its root only.
+        let rel = if root == "/" {
+            path
+        } else {
+            match path.strip_prefix(root) {
+                Some(r) if r.is_empty() || r.starts_with('/') => r,
+                _ => continue,
+            }
+        };
+        return Some(Path::new(&mount_point).join(rel.trim_start_matches('/')));
+    }
+    None
+}
+
+/// mountinfo escapes space, tab, newline and backslash as \ooo.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The `oom_kill` count in a memory.oom_control or memory.events file.
+pub fn kills(path: &Path) -> Option<u64> {
+    parse_kills(&std::fs::read_to_string(path).ok()?)
+}
+
+fn parse_kills(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 0:21 / /sys rw - sysfs sysfs rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+";
+
+    #[test]
+    fn v1_memory_controller() {
+        let cg = "9:name=systemd:/\n4:memory:/scute/c1\n1:cpu:/\n0::/\n";
+        assert_eq!(
+            find_counter(cg, MOUNTINFO),
+            vec![PathBuf::from("/sys/fs/cgroup/memory/scute/c1/memory.oom_control")]
+        );
+    }
+
+    #[test]
+    fn v2_unified() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            find_counter("0::/kubepods/c 1\n", mi),
+            vec![PathBuf::from("/sys/fs/cgroup/kubepods/c 1/memory.events")]
+        );
+        // A mount of a sub-tree (in a cgroup namespace, or a bind mount).
+        let mi = "30 23 0:26 /kube /mnt/cg\\040x rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            find_counter("0::/kube/c\n", mi),
+            vec![PathBuf::from("/mnt/cg x/c/memory.events")]
+        );
+        assert!(find_counter("0::/other/c\n", mi).is_empty());
+    }
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), Some(3));
+        assert_eq!(
+            parse_kills("low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\noom_group_kill 0\n"),
+            Some(1)
+        );
+        assert_eq!(parse_kills("oom_kill_disable 0\nunder_oom 0\n"), None);
+        // This process's own memory cgroup has a counter (v1 or v2).
+        if let Some(p) = counter_path(std::process::id() as i32) {
+            assert!(kills(&p).is_some(), "{p:?}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The container record kept in the store, and its state machine.
+//!
+//! ```text
+//!   CreateContainer ──▶ Created ──StartContainer──▶ Running ──(exit, StopContainer)──▶ Exited ──RemoveContainer──▶ (gone)
+//!                          └───────────── RemoveContainer (never started) ─────────────────────────────▶ (gone)
+//!   daemon restart: the shim is asked; a Running container that exited meanwhile becomes Exited
+//!   with the exit code and time its shim recorded.
+//! ```
+
+use prost::Message as _;
+use serde::{Deserialize, Serialize};
+
+use crate::api;
+use crate::image::digest::Digest;
+use crate::store::{Kind, Record};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+}
+
+impl ContainerState {
+    pub fn can_start(self) -> bool {
+        self == ContainerState::Created
+    }
+
+    pub fn to_cri(self) -> api::ContainerState {
+        match self {
+            ContainerState::Created => api::ContainerState::ContainerCreated,
+            ContainerState::Running => api::ContainerState::ContainerRunning,
+            ContainerState::Exited => api::ContainerState::ContainerExited,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    /// `<container>_<pod>_<namespace>_<pod uid>_<attempt>`, the reservation key.
+    pub name: String,
+    pub sandbox_id: String,
+    /// The ContainerConfig as the kubelet sent it (prost bytes, base64).
+    #[serde(with = "crate::sandbox::record::b64")]
+    pub config: Vec<u8>,
+    /// The image as the kubelet named it, and the image ID it resolved to.
+    pub image_ref: String,
+    pub image_id: Digest,
+    /// The layer snapshots under the container's rootfs: garbage collection keeps them even
+    /// if the image itself is removed while the container exists.
+    #[serde(default)]
+    pub chain_ids: Vec<Digest>,
+    pub state: ContainerState,
+    pub pid: u32,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    /// Full path of the CRI log file, or empty.
+    pub log_path: String,
+    pub cgroups_path: String,
+}
+
+impl Record for ContainerRecord {
+    const KIND: Kind = Kind::Container;
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl ContainerRecord {
+    pub fn config(&self) -> api::ContainerConfig {
+        api::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+
+    pub fn encode_config(config: &api::ContainerConfig) -> Vec<u8> {
+        config.encode_to_vec()
+    }
+
+    /// Records an exit: reason as the kubelet expects (Completed, Error, OOMKilled).
+    pub fn exited(&mut self, exit_code: i32, finished_at: i64, oom_killed: bool) {
+        self.state = ContainerState::Exited;
+        self.exit_code = exit_code;
+        self.finished_at = finished_at;
+        self.reason = if oom_killed {
+            "OOMKilled"
+        } else if exit_code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        }
+        .to_string();
+    }
+}
+
+/// The kubelet's container name: unique per container attempt in a pod.
+pub fn container_name(container: &api::ContainerMetadata, pod: &api::PodSandboxMetadata) -> String {
+    format!(
+        "{}_{}_{}_{}_{}",
+        container.name, pod.name, pod.namespace, pod.uid, container.attempt
+    )
+}

@@ -1,0 +1,40 @@
+//! ListContainers: filters by ID prefix, state, sandbox and labels.
+
+use super::container_status::to_cri_container;
+use super::{Cri, RpcError};
+use crate::api;
+
+impl Cri {
+    pub(super) async fn list_containers(
+        &self,
+        request: api::ListContainersRequest,
+    ) -> Result<api::ListContainersResponse, RpcError> {
+        let filter = request.filter.unwrap_or_default();
+        let mut containers = Vec::new();
+        for record in self.containers.list_records()? {
+            if !filter.id.is_empty() && !record.id.starts_with(&filter.id) {
+                continue;
+            }
+            if !filter.pod_sandbox_id.is_empty() && !record.sandbox_id.starts_with(&filter.pod_sandbox_id) {
+                continue;
+            }
+            let config = record.config();
+            if !filter
+                .label_selector
+                .iter()
+                .all(|(k, v)| config.labels.get(k) == Some(v))
+            {
+                continue;
+            }
+            let record = self.containers.refresh(record).await?;
+            if let Some(wanted) = &filter.state {
+                if wanted.state != record.state.to_cri() as i32 {
+                    continue;
+                }
+            }
+            containers.push(to_cri_container(&record));
+        }
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(api::ListContainersResponse { containers })
+    }
+}

@@ -1,0 +1,15 @@
+//! StartContainer: only a created container starts.
+
+use super::{Cri, RpcError};
+use crate::api::{StartContainerRequest, StartContainerResponse};
+
+impl Cri {
+    pub(super) async fn start_container(
+        &self,
+        request: StartContainerRequest,
+    ) -> Result<StartContainerResponse, RpcError> {
+        tracing::Span::current().record("id", request.container_id.as_str());
+        self.containers.start(&request.container_id).await?;
+        Ok(StartContainerResponse {})
+    }
+}
