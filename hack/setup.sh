@@ -10,6 +10,8 @@ set -euo pipefail
 packages=(
 	pkg-config
 	libseccomp-dev              # libcontainer's seccomp support
+	libelf-dev                  # libbpf (device rules on cgroup v2, built by libbpf-sys)
+	zlib1g-dev
 	busybox                     # dynamically linked busybox for test images (not busybox-static)
 	docker-registry             # local OCI registry for tests
 	apache2-utils               # htpasswd -B: bcrypt users for the registry's basic auth (registry.sh --htpasswd)
