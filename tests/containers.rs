@@ -20,12 +20,18 @@ struct Pod {
     id: String,
     config: api::PodSandboxConfig,
     logs: tempfile::TempDir,
+    _network: Option<common::TestNetwork>,
 }
 
 /// images/build.sh assembles its rootfs dirs in one work dir: one run at a time.
 static IMAGE_BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 async fn pod(name: &str) -> Pod {
+    pod_with(name, None).await
+}
+
+/// A pod on a CNI bridge network of its own with `ports` mapped, or (None) on the host network.
+async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
     let registry = Registry::start();
     let out = {
         let _one_build = IMAGE_BUILD.lock().unwrap_or_else(|p| p.into_inner());
@@ -41,9 +47,16 @@ async fn pod(name: &str) -> Pod {
     );
     let daemon = Daemon::start("");
     daemon.mirror_public_registries_to(&registry.addr);
-    // Host network keeps these tests independent of CNI (covered by the sandbox tests).
+    // Host network keeps most tests independent of CNI (covered by the sandbox tests).
+    let network = ports.as_ref().map(|_| common::TestNetwork::install(&daemon));
+    let mode = if ports.is_some() {
+        api::NamespaceMode::Pod
+    } else {
+        api::NamespaceMode::Node
+    };
     let logs = tempfile::tempdir().unwrap();
     let config = api::PodSandboxConfig {
+        port_mappings: ports.unwrap_or_default(),
         metadata: Some(api::PodSandboxMetadata {
             name: name.into(),
             uid: format!("uid-{name}"),
@@ -55,7 +68,7 @@ async fn pod(name: &str) -> Pod {
         linux: Some(api::LinuxPodSandboxConfig {
             security_context: Some(api::LinuxSandboxSecurityContext {
                 namespace_options: Some(api::NamespaceOption {
-                    network: api::NamespaceMode::Node as i32,
+                    network: mode as i32,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -93,6 +106,7 @@ async fn pod(name: &str) -> Pod {
         id,
         config,
         logs,
+        _network: network,
     }
 }
 
@@ -430,6 +444,92 @@ async fn containers_survive_daemon_restarts() {
     // Exited while nobody watched: its exit code is not lost.
     let s = pod.wait_exited(&quitter).await;
     assert_eq!(s.exit_code, 5);
+    pod.remove_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_port_reaches_a_web_server_in_the_pod() {
+    let host_port = common::free_port() as i32;
+    let pod = pod_with(
+        "web",
+        Some(vec![api::PortMapping {
+            protocol: api::Protocol::Tcp as i32,
+            container_port: 80,
+            host_port,
+            host_ip: String::new(),
+        }]),
+    )
+    .await;
+    let httpd = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4";
+    pod.daemon
+        .images()
+        .await
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: httpd.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut config = container("httpd", "");
+    config.command = vec![];
+    config.image = Some(api::ImageSpec {
+        image: httpd.into(),
+        ..Default::default()
+    });
+    let id = pod.run(config).await;
+    assert_eq!(pod.status(&id).await.state(), api::ContainerState::ContainerRunning);
+    // The host port on 127.0.0.1 forwards to port 80 of the pod's IP on the bridge.
+    let pod_ip = pod
+        .daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap()
+        .network
+        .unwrap()
+        .ip;
+    assert!(!pod_ip.is_empty());
+    let mut last = String::new();
+    for _ in 0..50 {
+        let out = std::process::Command::new("curl")
+            .args(["-fsS", "--max-time", "2", &format!("http://127.0.0.1:{host_port}/")])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            last = String::from_utf8_lossy(&out.stdout).into_owned();
+            break;
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        last.contains("It works!"),
+        "no answer through host port {host_port}: {last}"
+    );
+    // The pod's status lists its containers (the kubelet's Evented PLEG reads them there).
+    let statuses = pod
+        .daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers_statuses;
+    assert_eq!(statuses.iter().map(|s| s.id.clone()).collect::<Vec<_>>(), vec![id]);
     pod.remove_all().await;
 }
 

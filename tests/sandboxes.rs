@@ -7,47 +7,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::Daemon;
+use common::{Daemon, TestNetwork};
 use scute::api;
 use tonic::Code;
-
-/// A CNI bridge network of its own for one test: unique bridge name and subnet, removed on drop.
-struct TestNetwork {
-    bridge: String,
-    prefix: String,
-}
-
-impl TestNetwork {
-    fn install(daemon: &Daemon) -> TestNetwork {
-        let n = (std::process::id() as u64 * 7919 + common::free_port() as u64) % 250 + 1;
-        let tag = format!(
-            "{:05x}",
-            (std::process::id() as u64 * 31 + common::free_port() as u64) & 0xfffff
-        );
-        let bridge = format!("sct{tag}");
-        let prefix = format!("10.{}.{}", 200 + (n % 50), n);
-        let conflist = serde_json::json!({
-            "cniVersion": "1.0.0",
-            "name": "scute-test",
-            "plugins": [
-                {
-                    "type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
-                    "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{prefix}.0/24")}]],
-                             "dataDir": daemon.dir().join("cni-ipam")},
-                },
-                {"type": "portmap", "capabilities": {"portMappings": true}},
-            ],
-        });
-        std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
-        TestNetwork { bridge, prefix }
-    }
-}
-
-impl Drop for TestNetwork {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
-    }
-}
 
 fn pod_config(name: &str) -> api::PodSandboxConfig {
     api::PodSandboxConfig {

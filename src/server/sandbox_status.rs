@@ -45,10 +45,21 @@ impl Cri {
         if request.verbose {
             info.insert("info".to_string(), verbose_info(&record).to_string());
         }
+        // The kubelet's Evented PLEG reads the pod's containers from here.
+        let mut containers_statuses = Vec::new();
+        for container in self
+            .containers
+            .list_records()?
+            .into_iter()
+            .filter(|c| c.sandbox_id == record.id)
+        {
+            let container = self.containers.refresh(container).await?;
+            containers_statuses.push(super::container_status::to_cri_status(&container));
+        }
         Ok(api::PodSandboxStatusResponse {
             status: Some(status),
             info,
-            containers_statuses: Vec::new(),
+            containers_statuses,
             timestamp: crate::image::now_nanos(),
         })
     }

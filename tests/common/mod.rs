@@ -330,3 +330,41 @@ pub fn scute(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A CNI bridge network of its own for one test: unique bridge name and subnet, removed on drop.
+pub struct TestNetwork {
+    pub bridge: String,
+    pub prefix: String,
+}
+
+impl TestNetwork {
+    pub fn install(daemon: &Daemon) -> TestNetwork {
+        let n = (std::process::id() as u64 * 7919 + free_port() as u64) % 250 + 1;
+        let tag = format!(
+            "{:05x}",
+            (std::process::id() as u64 * 31 + free_port() as u64) & 0xfffff
+        );
+        let bridge = format!("sct{tag}");
+        let prefix = format!("10.{}.{}", 200 + (n % 50), n);
+        let conflist = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "scute-test",
+            "plugins": [
+                {
+                    "type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{prefix}.0/24")}]],
+                             "dataDir": daemon.dir().join("cni-ipam")},
+                },
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+            ],
+        });
+        std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
+        TestNetwork { bridge, prefix }
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
+    }
+}
