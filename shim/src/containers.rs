@@ -26,9 +26,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use libcgroups::common::{create_cgroup_manager, AnyCgroupManager, CgroupConfig, CgroupManager, ControllerOpt};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
-use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::oci_spec::runtime::{LinuxResources, Spec};
 use libcontainer::syscall::syscall::SyscallType;
 use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
@@ -397,6 +398,42 @@ impl Containers {
             // No log file, or its output has ended: nothing will be written any more.
             _ => Ok(()),
         }
+    }
+
+    /// Applies new cgroup limits (an OCI `LinuxResources`, JSON) to a created or running
+    /// container: only what the JSON sets changes. Its device rules stay as created.
+    pub fn update_resources(&mut self, id: &str, resources_json: &str) -> Result<(), ApiError> {
+        let entry = self.table.get(id).ok_or_else(|| ApiError::not_found(id))?;
+        if let Status::Stopped(_) = entry.status {
+            return Err(ApiError::precondition(format!(
+                "container {id} is stopped, its resources cannot be updated"
+            )));
+        }
+        let mut resources: LinuxResources = serde_json::from_str(resources_json).map_err(|e| {
+            ApiError::invalid(format!(
+                "resources for container {id} are not an OCI LinuxResources object: {e}"
+            ))
+        })?;
+        resources.set_devices(None);
+        let dir = self.root.join(id);
+        let log = self.log_path();
+        in_helper(
+            &format!("updating resources of container {id}"),
+            &[self.log_fd],
+            move || {
+                update_cgroup(id, &dir, resources).map_err(|e| {
+                    ApiError::new(
+                        e.code,
+                        format!(
+                            "updating resources of container {id}: {} (details in {log:?})",
+                            e.message
+                        ),
+                    )
+                })
+            },
+        )?;
+        tracing::info!(id, resources = resources_json, "resources updated");
+        Ok(())
     }
 
     /// Starts `r.args` in the running container `r.container_id`, for the connection `conn`. The
@@ -825,6 +862,41 @@ fn exec_in_helper(
     Ok(pid.as_raw())
 }
 
+/// The helper's part of UpdateResources: the container's cgroup manager, as libcontainer made it
+/// at creation (libcgroups: v1, or v2 on a unified host), applies `resources` (whose devices were
+/// cleared). Device rules: on v2 they are one eBPF program that every apply replaces, built from
+/// the given rules plus libcgroups' defaults, so the container's own rules (its bundle's, exactly
+/// what creation applied) go along and the new program allows what the old one did. On v1 they
+/// are left out: re-writing them would start with the spec's deny-all and refuse every device for
+/// a moment; without them libcgroups only re-allows its defaults, which the container has already.
+fn update_cgroup(id: &str, dir: &Path, mut resources: LinuxResources) -> Result<(), ApiError> {
+    let container = Container::load(dir.to_path_buf()).map_err(|e| ApiError::internal(chain(&e)))?;
+    let cgroup_path = container.spec().map_err(|e| ApiError::internal(chain(&e)))?.cgroup_path;
+    let manager = create_cgroup_manager(CgroupConfig {
+        cgroup_path,
+        systemd_cgroup: container.systemd(),
+        container_name: id.to_owned(),
+    })
+    .map_err(|e| ApiError::internal(chain(&e)))?;
+    if !matches!(manager, AnyCgroupManager::V1(_)) {
+        let spec = Spec::load(container.bundle().join("config.json")).map_err(|e| ApiError::internal(chain(&e)))?;
+        let devices = spec
+            .linux()
+            .as_ref()
+            .and_then(|l| l.resources().as_ref())
+            .and_then(|r| r.devices().clone());
+        resources.set_devices(devices);
+    }
+    manager
+        .apply(&ControllerOpt {
+            resources: &resources,
+            disable_oom_killer: false,
+            oom_score_adj: None,
+            freezer_state: None,
+        })
+        .map_err(|e| ApiError::internal(chain(&e)))
+}
+
 /// Runs `f` (libcontainer work) in a forked child of the shim and returns its result. The shim is
 /// single-threaded, so the child is a faithful copy; it exits right after answering. The child
 /// keeps only stdio, its answer pipe and `keep` open.
@@ -1098,9 +1170,37 @@ mod tests {
         assert_eq!(c.state("nope").unwrap_err().code, ErrorCode::NotFound);
         assert_eq!(c.kill("nope", 9, false).unwrap_err().code, ErrorCode::NotFound);
         assert_eq!(c.start("nope").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(c.update_resources("nope", "{}").unwrap_err().code, ErrorCode::NotFound);
         c.delete("nope").unwrap();
         c.delete("nope").unwrap();
         c.delete_all().unwrap();
+    }
+
+    #[test]
+    fn update_resources_needs_a_live_container_and_resources_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Containers::new(dir.path().join("containers"), dir.path().join("exits"), -1);
+        let entry = |status| Entry {
+            pid: 1,
+            status,
+            created_at_ns: 0,
+            started_at_ns: 0,
+            log: None,
+            oom: None,
+        };
+        let exit = ExitRecord {
+            exit_code: 0,
+            finished_at_ns: 1,
+            oom_killed: false,
+        };
+        c.table.insert("gone".into(), entry(Status::Stopped(exit)));
+        c.table.insert("live".into(), entry(Status::Running));
+        let e = c.update_resources("gone", r#"{"memory":{"limit":1}}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::FailedPrecondition, "{}", e.message);
+        for bad in ["", "[1]", r#"{"memory":{"limit":"lots"}}"#, r#"{"cpu":{"shares":-1}}"#] {
+            let e = c.update_resources("live", bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}: {}", e.message);
+        }
     }
 
     #[test]

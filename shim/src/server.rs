@@ -455,6 +455,10 @@ impl Server {
                 .containers
                 .reopen_log(&r.container_id)
                 .map(|()| response::Kind::ReopenContainerLog(pb::ReopenContainerLogResponse {})),
+            request::Kind::UpdateResources(r) => self
+                .containers
+                .update_resources(&r.container_id, &r.resources_json)
+                .map(|()| response::Kind::UpdateResources(pb::UpdateResourcesResponse {})),
         };
         match &result {
             Ok(_) => tracing::debug!(request = name, elapsed = ?started.elapsed(), "handled"),
@@ -498,6 +502,7 @@ fn request_name(kind: &request::Kind) -> &'static str {
         request::Kind::Shutdown(_) => "Shutdown",
         request::Kind::Exec(_) => "Exec",
         request::Kind::ReopenContainerLog(_) => "ReopenContainerLog",
+        request::Kind::UpdateResources(_) => "UpdateResources",
     }
 }
 

@@ -1095,6 +1095,16 @@ fn linux_resources(r: Option<&api::LinuxContainerResources>, device_rules: Vec<V
     out
 }
 
+/// linux.resources as `container_spec` builds it from `r`, without device rules, typed: what
+/// UpdateContainerResources applies to a created or running container.
+pub fn update_resources(r: &api::LinuxContainerResources) -> Result<oci_spec::runtime::LinuxResources, SpecError> {
+    let mut v = linux_resources(Some(r), Vec::new());
+    if let Some(fields) = v.as_object_mut() {
+        fields.remove("devices");
+    }
+    serde_json::from_value(v).map_err(|e| SpecError::Invalid(format!("container resources: {e}")))
+}
+
 /// Whether memory.swap (v2: memory.swap.max; v1: memsw) can be set on this host.
 fn swap_controller() -> bool {
     static SWAP: OnceLock<bool> = OnceLock::new();

@@ -13,6 +13,7 @@ mod container_reopen_log;
 mod container_start;
 mod container_status;
 mod container_stop;
+mod container_update;
 mod image_convert;
 mod image_fs_info;
 mod image_list;

@@ -7,7 +7,6 @@ use tonic::{Request, Response, Status};
 use super::{instrument, unimplemented, CriService};
 use crate::api::{self, runtime_service_server::RuntimeService};
 
-const CONTAINERS: &str = "container lifecycle through the shim";
 const STREAMING: &str = "exec/attach/port-forward streaming";
 const STATS: &str = "stats, events, metrics and streaming lists";
 const CHECKPOINT: &str = "out of scope: checkpointing needs CRIU, which scute does not use";
@@ -119,11 +118,11 @@ impl RuntimeService for CriService {
 
     async fn update_container_resources(
         &self,
-        _request: Request<api::UpdateContainerResourcesRequest>,
+        request: Request<api::UpdateContainerResourcesRequest>,
     ) -> Result<Response<api::UpdateContainerResourcesResponse>, Status> {
         instrument(
             "UpdateContainerResources",
-            unimplemented("UpdateContainerResources", CONTAINERS),
+            self.cri.update_container_resources(request.into_inner()),
         )
         .await
     }

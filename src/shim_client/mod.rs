@@ -416,6 +416,27 @@ impl ShimClient {
         }
     }
 
+    /// Applies new cgroup limits to a created or running container (CRI UpdateContainerResources):
+    /// only what `resources` sets changes; its `devices` are ignored (device rules stay as created).
+    /// `NotFound` for an unknown container, `Remote { FailedPrecondition }` for a stopped one.
+    pub async fn update_resources(
+        &self,
+        id: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+    ) -> Result<(), ShimError> {
+        let resources_json = serde_json::to_string(resources)
+            .map_err(|e| ShimError::Protocol(format!("encoding the resources: {e}")))?;
+        let req = request::Kind::UpdateResources(pb::UpdateResourcesRequest {
+            container_id: id.to_string(),
+            resources_json,
+        });
+        // Lowering a memory limit makes the kernel reclaim first: allow for it.
+        match self.call(req, SLOW_TIMEOUT).await? {
+            response::Kind::UpdateResources(_) => Ok(()),
+            other => Err(unexpected("UpdateResources", &other)),
+        }
+    }
+
     /// Runs `args` in the running container (CRI ExecSync) and waits for it: killed after
     /// `timeout` (zero: no limit), at most `max_output` bytes kept of stdout and of stderr each
     /// (0: `MAX_EXEC_OUTPUT`). `NotFound` for an unknown container; `Remote { FailedPrecondition }`
@@ -838,6 +859,47 @@ mod tests {
             (r.exit_code, r.stdout.as_slice(), r.stderr.len()),
             (3, &b"hi\n"[..], 6 << 20)
         );
+    }
+
+    #[tokio::test]
+    async fn update_resources_sends_oci_json() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_shim(dir.path(), |req| match req.kind? {
+            request::Kind::Ping(_) => resp(ping()),
+            request::Kind::UpdateResources(r) if r.container_id == "c" => {
+                let v: serde_json::Value = serde_json::from_str(&r.resources_json).unwrap();
+                assert_eq!(v["memory"]["limit"], 128 << 20);
+                assert_eq!(v["cpu"]["shares"], 1024);
+                assert_eq!(v["cpu"]["quota"], 50000);
+                resp(response::Kind::UpdateResources(pb::UpdateResourcesResponse {}))
+            }
+            request::Kind::UpdateResources(r) if r.container_id == "stopped" => {
+                resp(response::Kind::Error(pb::Error {
+                    code: pb::ErrorCode::FailedPrecondition as i32,
+                    message: "stopped".into(),
+                }))
+            }
+            request::Kind::UpdateResources(_) => resp(response::Kind::Error(pb::Error {
+                code: pb::ErrorCode::NotFound as i32,
+                message: "no such container".into(),
+            })),
+            _ => None,
+        });
+        let c = ShimClient::connect(dir.path()).await.unwrap();
+        let r: oci_spec::runtime::LinuxResources = serde_json::from_value(serde_json::json!({
+            "memory": {"limit": 128 << 20},
+            "cpu": {"shares": 1024, "quota": 50000, "period": 100000},
+        }))
+        .unwrap();
+        c.update_resources("c", &r).await.unwrap();
+        assert!(matches!(c.update_resources("x", &r).await, Err(ShimError::NotFound(_))));
+        assert!(matches!(
+            c.update_resources("stopped", &r).await,
+            Err(ShimError::Remote {
+                code: pb::ErrorCode::FailedPrecondition,
+                ..
+            })
+        ));
     }
 
     #[tokio::test]

@@ -1,0 +1,422 @@
+//! UpdateContainerResources end to end: a running busybox container in a real pod gets new CPU and
+//! memory limits through its shim (libcgroups in the shim's helper), the cgroup files hold them,
+//! ContainerStatus reports them; unknown IDs, bad values and exited containers behave as with
+//! containerd; nothing is left behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Daemon, Registry};
+use scute::api;
+use tonic::Code;
+
+const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.29-2";
+const MIB: i64 = 1 << 20;
+
+struct Pod {
+    daemon: Daemon,
+    _registry: Registry,
+    id: String,
+    config: api::PodSandboxConfig,
+    _logs: tempfile::TempDir,
+}
+
+/// A daemon with the test images behind mirrors, busybox pulled, and a host-network pod.
+async fn pod(name: &str) -> Pod {
+    let registry = Registry::start();
+    let out = std::process::Command::new(common::repo_root().join("images/build.sh"))
+        .arg(&registry.addr)
+        .output()
+        .expect("run images/build.sh");
+    assert!(
+        out.status.success(),
+        "images/build.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let daemon = Daemon::start("");
+    daemon.mirror_public_registries_to(&registry.addr);
+    let logs = tempfile::tempdir().unwrap();
+    let config = api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: logs.path().display().to_string(),
+        linux: Some(api::LinuxPodSandboxConfig {
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(api::NamespaceOption {
+                    network: api::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    daemon
+        .images()
+        .await
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: BUSYBOX.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let id = daemon
+        .runtime()
+        .await
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    Pod {
+        daemon,
+        _registry: registry,
+        id,
+        config,
+        _logs: logs,
+    }
+}
+
+impl Pod {
+    async fn run(&self, config: api::ContainerConfig) -> String {
+        let mut runtime = self.daemon.runtime().await;
+        let id = runtime
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: self.id.clone(),
+                config: Some(config),
+                sandbox_config: Some(self.config.clone()),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        runtime
+            .start_container(api::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap();
+        id
+    }
+
+    /// The status and the verbose info's JSON.
+    async fn status(&self, id: &str) -> (api::ContainerStatus, serde_json::Value) {
+        let resp = self
+            .daemon
+            .runtime()
+            .await
+            .container_status(api::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let info = serde_json::from_str(&resp.info["info"]).unwrap();
+        (resp.status.unwrap(), info)
+    }
+
+    async fn update(&self, id: &str, linux: api::LinuxContainerResources) -> Result<(), tonic::Status> {
+        self.daemon
+            .runtime()
+            .await
+            .update_container_resources(api::UpdateContainerResourcesRequest {
+                container_id: id.into(),
+                linux: Some(linux),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+    }
+}
+
+fn resources(status: &api::ContainerStatus) -> api::LinuxContainerResources {
+    status
+        .resources
+        .as_ref()
+        .and_then(|r| r.linux.clone())
+        .expect("ContainerStatus.resources.linux")
+}
+
+/// Where the cgroup v1 hierarchy with `controller` is mounted (`cpu`, `cpu,cpuacct`, ...).
+fn v1_mount(controller: &str) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut right = right.split(' ');
+        if right.next()? != "cgroup" {
+            return None;
+        }
+        let options = right.nth(1)?;
+        if !options.split(',').any(|o| o == controller) {
+            return None;
+        }
+        left.split(' ').nth(4).map(PathBuf::from)
+    })
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+/// The container's CPU and memory limits as the kernel has them: (memory limit, cpu shares or
+/// weight, quota, period).
+fn cgroup_limits(cgroups_path: &str) -> (String, String, String, String) {
+    let rel = cgroups_path.trim_start_matches('/');
+    match (v1_mount("memory"), v1_mount("cpu")) {
+        (Some(memory), Some(cpu)) => {
+            let cpu = cpu.join(rel);
+            (
+                read(&memory.join(rel).join("memory.limit_in_bytes")),
+                read(&cpu.join("cpu.shares")),
+                read(&cpu.join("cpu.cfs_quota_us")),
+                read(&cpu.join("cpu.cfs_period_us")),
+            )
+        }
+        _ => {
+            // cgroup v2 only.
+            let dir = Path::new("/sys/fs/cgroup").join(rel);
+            let max = read(&dir.join("cpu.max"));
+            let (quota, period) = max.split_once(' ').unwrap();
+            (
+                read(&dir.join("memory.max")),
+                read(&dir.join("cpu.weight")),
+                quota.to_string(),
+                period.to_string(),
+            )
+        }
+    }
+}
+
+fn is_v1() -> bool {
+    v1_mount("memory").is_some() && v1_mount("cpu").is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_container_gets_new_cpu_and_memory_limits() {
+    let pod = pod("upd").await;
+    let config = api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: "main".into(),
+            attempt: 0,
+        }),
+        image: Some(api::ImageSpec {
+            image: BUSYBOX.into(),
+            ..Default::default()
+        }),
+        command: vec!["sh".into(), "-c".into(), "exec sleep 3600".into()],
+        log_path: "main.log".into(),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(api::LinuxContainerResources {
+                memory_limit_in_bytes: 64 * MIB,
+                cpu_shares: 512,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = pod.run(config).await;
+    let (status, info) = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerRunning);
+    let cgroups_path = info["cgroupsPath"].as_str().unwrap().to_string();
+    assert!(!cgroups_path.is_empty());
+    let before = cgroup_limits(&cgroups_path);
+    assert_eq!(before.0, (64 * MIB).to_string());
+    if is_v1() {
+        assert_eq!(before.1, "512");
+        assert_eq!(before.2, "-1", "no quota at creation");
+    }
+    assert_eq!(resources(&status).memory_limit_in_bytes, 64 * MIB);
+
+    pod.update(
+        &id,
+        api::LinuxContainerResources {
+            memory_limit_in_bytes: 128 * MIB,
+            cpu_shares: 1024,
+            cpu_quota: 50_000,
+            cpu_period: 100_000,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let after = cgroup_limits(&cgroups_path);
+    assert_eq!(after.0, (128 * MIB).to_string(), "memory limit");
+    if is_v1() {
+        assert_eq!(after.1, "1024", "cpu.shares");
+        let memsw = v1_mount("memory")
+            .unwrap()
+            .join(cgroups_path.trim_start_matches('/'))
+            .join("memory.memsw.limit_in_bytes");
+        if memsw.exists() {
+            // No swap beyond the limit, as at creation.
+            assert_eq!(read(&memsw), (128 * MIB).to_string());
+        }
+    } else {
+        assert_ne!(after.1, before.1, "cpu.weight follows the shares");
+    }
+    assert_eq!(
+        (after.2.as_str(), after.3.as_str()),
+        ("50000", "100000"),
+        "quota, period"
+    );
+
+    let (status, _) = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerRunning);
+    let r = resources(&status);
+    assert_eq!(
+        (r.memory_limit_in_bytes, r.cpu_shares, r.cpu_quota, r.cpu_period),
+        (128 * MIB, 1024, 50_000, 100_000)
+    );
+
+    // The container still works, devices included.
+    let out = pod
+        .daemon
+        .runtime()
+        .await
+        .exec_sync(api::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: ["sh", "-c", "echo x > /dev/null && head -c 4 /dev/zero | wc -c"]
+                .map(String::from)
+                .to_vec(),
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (out.exit_code, String::from_utf8_lossy(&out.stdout).trim()),
+        (0, "4"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A field left zero keeps its value; only the memory limit changes.
+    pod.update(
+        &id,
+        api::LinuxContainerResources {
+            memory_limit_in_bytes: 96 * MIB,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let now = cgroup_limits(&cgroups_path);
+    assert_eq!(now.0, (96 * MIB).to_string());
+    assert_eq!((&now.1, &now.2), (&after.1, &after.2));
+    let r = resources(&pod.status(&id).await.0);
+    assert_eq!((r.memory_limit_in_bytes, r.cpu_shares), (96 * MIB, 1024));
+
+    // Bad requests.
+    let err = pod
+        .update(
+            "0123456789abcdef-unknown",
+            api::LinuxContainerResources {
+                memory_limit_in_bytes: 128 * MIB,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let err = pod
+        .update(
+            &id,
+            api::LinuxContainerResources {
+                cpu_shares: -5,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(cgroup_limits(&cgroups_path).1, now.1, "nothing applied");
+
+    // An exited container: as containerd, the update is recorded, nothing else.
+    pod.daemon
+        .runtime()
+        .await
+        .stop_container(api::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await
+        .unwrap();
+    let mut exited = false;
+    for _ in 0..100 {
+        if pod.status(&id).await.0.state() == api::ContainerState::ContainerExited {
+            exited = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(exited);
+    pod.update(
+        &id,
+        api::LinuxContainerResources {
+            memory_limit_in_bytes: 256 * MIB,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (status, _) = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerExited);
+    assert_eq!(resources(&status).memory_limit_in_bytes, 256 * MIB);
+
+    // Cleanup leaves nothing: no cgroup, mount or container directory.
+    let mut runtime = pod.daemon.runtime().await;
+    runtime
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    runtime
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    let rel = cgroups_path.trim_start_matches('/');
+    let dirs: Vec<PathBuf> = if is_v1() {
+        ["memory", "cpu", "cpuset", "pids"]
+            .iter()
+            .filter_map(|c| v1_mount(c))
+            .map(|m| m.join(rel))
+            .collect()
+    } else {
+        vec![Path::new("/sys/fs/cgroup").join(rel)]
+    };
+    for dir in dirs {
+        assert!(!dir.exists(), "cgroup left: {}", dir.display());
+    }
+    let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(pod.daemon.dir().to_str().unwrap()))
+        .map(str::to_string)
+        .collect();
+    assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+    let containers = pod.daemon.root.join("containers");
+    assert!(!containers.exists() || std::fs::read_dir(&containers).unwrap().count() == 0);
+}
