@@ -582,6 +582,9 @@ disabled_plugins = [
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{registry}/pause:3.10"
+  # Pause would get oom_score_adj -998, which runc fails to set without CAP_SYS_RESOURCE (as in a
+  # container); scute clamps it to its own score the same way.
+  restrict_oom_score_adj = true
 
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"
