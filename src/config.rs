@@ -56,7 +56,23 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct RuntimeConfig {
     pub cgroup_driver: CgroupDriver,
-    pub runtime_handlers: Vec<String>,
+    /// Handler name → its defaults (RuntimeClass handlers).
+    pub handlers: std::collections::BTreeMap<String, HandlerConfig>,
+}
+
+/// What a runtime handler changes for the pods that select it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerConfig {
+    pub default_seccomp: DefaultSeccomp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DefaultSeccomp {
+    #[serde(rename = "unconfined")]
+    Unconfined,
+    #[serde(rename = "runtime/default")]
+    RuntimeDefault,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -223,10 +239,10 @@ impl Config {
                 format!("{:?} is not a valid filter: {e}", self.log.level),
             ));
         }
-        for handler in &self.runtime.runtime_handlers {
+        for handler in self.runtime.handlers.keys() {
             if handler.is_empty() || handler.len() > 63 || !handler.bytes().all(is_dns_label_byte) {
                 return Err(bad(
-                    "runtime.runtime_handlers",
+                    "runtime.handlers",
                     format!("{handler:?} is not a valid handler name (lowercase DNS label)"),
                 ));
             }
@@ -236,13 +252,28 @@ impl Config {
 
     /// The runtime handler names scute accepts; "" is the default handler.
     pub fn handler_names(&self) -> impl Iterator<Item = &str> {
-        std::iter::once("").chain(self.runtime.runtime_handlers.iter().map(String::as_str))
+        std::iter::once("").chain(self.runtime.handlers.keys().map(String::as_str))
+    }
+
+    /// The settings of a handler; the default handler "" uses the embedded defaults.
+    pub fn handler(&self, name: &str) -> Option<HandlerConfig> {
+        if name.is_empty() {
+            return Some(HandlerConfig {
+                default_seccomp: DefaultSeccomp::Unconfined,
+            });
+        }
+        self.runtime.handlers.get(name).cloned()
     }
 }
 
 fn is_dns_label_byte(b: u8) -> bool {
     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
 }
+
+/// The one table whose keys are names the operator chooses (one table per handler).
+const HANDLERS_KEY: &str = "runtime.handlers";
+/// The embedded handler whose keys and defaults a new handler starts from.
+const DEFAULT_HANDLER_TEMPLATE: &str = "runc";
 
 /// Merges `user` onto `base`, refusing keys `base` lacks and values of another TOML type.
 fn merge_table(base: &mut toml::Table, user: toml::Table, prefix: &str, origin: &str) -> Result<(), ConfigError> {
@@ -252,6 +283,17 @@ fn merge_table(base: &mut toml::Table, user: toml::Table, prefix: &str, origin: 
         } else {
             format!("{prefix}.{key}")
         };
+        if prefix == HANDLERS_KEY && !base.contains_key(&key) {
+            // A new handler: its keys are checked against the default handler's.
+            let template = base
+                .get(DEFAULT_HANDLER_TEMPLATE)
+                .cloned()
+                .ok_or_else(|| ConfigError::UnknownKey {
+                    origin: origin.to_string(),
+                    key: dotted.clone(),
+                })?;
+            base.insert(key.clone(), template);
+        }
         let Some(slot) = base.get_mut(&key) else {
             return Err(ConfigError::UnknownKey {
                 origin: origin.to_string(),
@@ -307,7 +349,7 @@ mod tests {
     fn partial_file_overrides_only_its_keys() {
         let c = Config::from_toml_str("[runtime]\ncgroup_driver = \"systemd\"\n", "t.toml").unwrap();
         assert_eq!(c.runtime.cgroup_driver, CgroupDriver::Systemd);
-        assert_eq!(c.runtime.runtime_handlers, vec!["runc".to_string()]);
+        assert_eq!(c.runtime.handlers.keys().collect::<Vec<_>>(), vec!["runc"]);
         assert_eq!(c.root, Config::defaults().root);
     }
 
@@ -366,6 +408,30 @@ mod tests {
             let err = Config::from_toml_str(text, "t.toml").unwrap_err();
             assert!(err.to_string().contains(&format!("key `{key}`")), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn handlers_are_named_tables_with_checked_keys() {
+        let c = Config::from_toml_str(
+            "[runtime.handlers.hardened]\ndefault_seccomp = \"runtime/default\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.handler_names().collect::<Vec<_>>(), vec!["", "hardened", "runc"]);
+        assert_eq!(
+            c.handler("hardened").unwrap().default_seccomp,
+            DefaultSeccomp::RuntimeDefault
+        );
+        assert_eq!(c.handler("runc").unwrap().default_seccomp, DefaultSeccomp::Unconfined);
+        assert_eq!(c.handler("").unwrap().default_seccomp, DefaultSeccomp::Unconfined);
+        assert!(c.handler("kata").is_none());
+        // A handler with no keys gets the defaults.
+        let c = Config::from_toml_str("[runtime.handlers.plain]\n", "t.toml").unwrap();
+        assert_eq!(c.handler("plain").unwrap().default_seccomp, DefaultSeccomp::Unconfined);
+        let err = Config::from_toml_str("[runtime.handlers.x]\nbogus = 1\n", "t.toml").unwrap_err();
+        assert_eq!(err.to_string(), "t.toml: unknown key `runtime.handlers.x.bogus`");
+        let err = Config::from_toml_str("[runtime.handlers.x]\ndefault_seccomp = \"strict\"\n", "t.toml").unwrap_err();
+        assert!(err.to_string().contains("runtime.handlers.x.default_seccomp"), "{err}");
     }
 
     #[test]

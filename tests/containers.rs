@@ -32,6 +32,11 @@ async fn pod(name: &str) -> Pod {
 
 /// A pod on a CNI bridge network of its own with `ports` mapped, or (None) on the host network.
 async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
+    pod_full(name, ports, "", "").await
+}
+
+/// `pod_with` on a daemon configured with `extra_toml`, the pod using runtime handler `handler`.
+async fn pod_full(name: &str, ports: Option<Vec<api::PortMapping>>, extra_toml: &str, handler: &str) -> Pod {
     let registry = Registry::start();
     let out = {
         let _one_build = IMAGE_BUILD.lock().unwrap_or_else(|p| p.into_inner());
@@ -45,7 +50,7 @@ async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
         "images/build.sh failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let daemon = Daemon::start("");
+    let daemon = Daemon::start(extra_toml);
     daemon.mirror_public_registries_to(&registry.addr);
     // Host network keeps most tests independent of CNI (covered by the sandbox tests).
     let network = ports.as_ref().map(|_| common::TestNetwork::install(&daemon));
@@ -94,7 +99,7 @@ async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
         .await
         .run_pod_sandbox(api::RunPodSandboxRequest {
             config: Some(config.clone()),
-            runtime_handler: String::new(),
+            runtime_handler: handler.to_string(),
         })
         .await
         .unwrap()
@@ -530,6 +535,36 @@ async fn host_port_reaches_a_web_server_in_the_pod() {
         .into_inner()
         .containers_statuses;
     assert_eq!(statuses.iter().map(|s| s.id.clone()).collect::<Vec<_>>(), vec![id]);
+    pod.remove_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_handler_defaults_apply_to_its_pods() {
+    let hardened = "[runtime.handlers.hardened]\ndefault_seccomp = \"runtime/default\"\n";
+    let pod = pod_full("hard", None, hardened, "hardened").await;
+    let id = pod.run(container("probe", "grep Seccomp: /proc/self/status")).await;
+    pod.wait_exited(&id).await;
+    // Mode 2: a seccomp filter is in force although the container asked for none.
+    assert!(
+        pod.log("probe").contains("stdout F Seccomp:\t2"),
+        "{}",
+        pod.log("probe")
+    );
+    // An explicit Unconfined still wins.
+    let mut config = container("open", "grep Seccomp: /proc/self/status");
+    config.linux = Some(api::LinuxContainerConfig {
+        security_context: Some(api::LinuxContainerSecurityContext {
+            seccomp: Some(api::SecurityProfile {
+                profile_type: api::security_profile::ProfileType::Unconfined as i32,
+                localhost_ref: String::new(),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = pod.run(config).await;
+    pod.wait_exited(&id).await;
+    assert!(pod.log("open").contains("stdout F Seccomp:\t0"), "{}", pod.log("open"));
     pod.remove_all().await;
 }
 

@@ -234,7 +234,7 @@ async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
     remove(&daemon, &id).await;
     remove(&daemon, &id).await;
     assert!(!dir.exists());
-    assert!(!daemon.state.join("shims").join(&id).exists());
+    assert!(!daemon.state.join("shims").join(&id[..32]).exists());
     assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
     assert!(!Path::new(&format!("/sys/fs/cgroup/memory/scute/scute-{id}")).exists());
     assert!(!Path::new(&format!("/sys/fs/cgroup/pids/scute/scute-{id}")).exists());

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::record::{container_name, ContainerRecord, ContainerState};
 use super::spec::{container_spec, ContainerSpec};
 use crate::api;
-use crate::config::Config;
+use crate::config::{Config, DefaultSeccomp};
 use crate::image::{ImageError, ImageManager};
 use crate::keyed_lock::KeyedLocks;
 use crate::sandbox::files;
@@ -178,8 +178,9 @@ impl ContainerManager {
             cgroups_path: sibling_cgroup(&sandbox.cgroups_path, &id),
         };
         self.store.create(&name, &record)?;
+        let effective = self.with_handler_defaults(config.clone(), &sandbox.runtime_handler);
         match self
-            .create_steps(&config, &sandbox_config, &sandbox, &image, &mut record)
+            .create_steps(&effective, &sandbox_config, &sandbox, &image, &mut record)
             .await
         {
             Ok(()) => {
@@ -196,6 +197,27 @@ impl ContainerManager {
                 Err(e)
             }
         }
+    }
+
+    /// Applies the pod's runtime handler defaults: a container that asks for no seccomp profile
+    /// gets RuntimeDefault under a handler configured with `default_seccomp = "runtime/default"`.
+    fn with_handler_defaults(&self, mut config: api::ContainerConfig, handler: &str) -> api::ContainerConfig {
+        let Some(handler) = self.config.handler(handler) else {
+            return config;
+        };
+        if handler.default_seccomp == DefaultSeccomp::RuntimeDefault {
+            let linux = config.linux.get_or_insert_with(Default::default);
+            let security = linux.security_context.get_or_insert_with(Default::default);
+            #[allow(deprecated)]
+            let unset = security.seccomp.is_none() && security.seccomp_profile_path.is_empty();
+            if unset {
+                security.seccomp = Some(api::SecurityProfile {
+                    profile_type: api::security_profile::ProfileType::RuntimeDefault as i32,
+                    localhost_ref: String::new(),
+                });
+            }
+        }
+        config
     }
 
     async fn create_steps(

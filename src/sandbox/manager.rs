@@ -101,8 +101,10 @@ impl SandboxManager {
         self.config.root.join("sandboxes").join(id)
     }
 
+    /// The shim's state dir. Named by the first 32 hex digits of the ID (128 random bits): the
+    /// socket inside must fit sun_path's 108 bytes even under a long state dir.
     fn shim_dir(&self, id: &str) -> PathBuf {
-        self.config.state.join("shims").join(id)
+        self.config.state.join("shims").join(&id[..id.len().min(32)])
     }
 
     fn netns_path(&self, id: &str) -> PathBuf {
@@ -584,7 +586,7 @@ fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> R
     if !daemon.handler_names().any(|h| h == handler) {
         return invalid(format!(
             "unknown runtime handler {handler:?} (configured: {:?})",
-            daemon.runtime.runtime_handlers
+            daemon.runtime.handlers.keys().collect::<Vec<_>>()
         ));
     }
     if !config.hostname.is_empty() {

@@ -168,8 +168,49 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Stops and removes every pod still there, so a test that failed half way leaves no
+    /// shim, pause, mount, netns or cgroup behind. Runs its own runtime on a thread: Drop may
+    /// run inside a test's runtime, which cannot be blocked on.
+    fn remove_all_pods(&self) {
+        let socket = self.socket.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            runtime.block_on(async {
+                let Ok(channel) = scute::client::connect(&socket).await else {
+                    return;
+                };
+                let mut client = RuntimeServiceClient::new(channel);
+                let Ok(pods) = client
+                    .list_pod_sandbox(scute::api::ListPodSandboxRequest::default())
+                    .await
+                else {
+                    return;
+                };
+                for pod in pods.into_inner().items {
+                    let id = pod.id;
+                    let _ = client
+                        .stop_pod_sandbox(scute::api::StopPodSandboxRequest {
+                            pod_sandbox_id: id.clone(),
+                        })
+                        .await;
+                    let _ = client
+                        .remove_pod_sandbox(scute::api::RemovePodSandboxRequest { pod_sandbox_id: id })
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            self.remove_all_pods();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
             wait_or_kill(&mut child, Duration::from_secs(15));
