@@ -362,6 +362,8 @@ struct Daemon {
     socket: PathBuf,
     log: PathBuf,
     host: Option<HostSnapshot>,
+    /// Every sandbox ID RunPodSandbox returned, to look for their cgroups afterwards.
+    created: std::cell::RefCell<Vec<String>>,
     network: Network,
     /// Removed last (field order), with nothing mounted under it any more.
     dir: tempfile::TempDir,
@@ -421,6 +423,7 @@ impl Daemon {
             socket,
             log,
             host,
+            created: Default::default(),
             network,
             dir,
         };
@@ -483,8 +486,27 @@ impl Daemon {
             notes.push(format!("leftover mount {}", m.display()));
         }
         unmount_under(self.dir.path());
+        // Pod cgroups (cgroupfs): scute's under /scute/scute-<id>, containerd's under /k8s.io/<id>.
+        let controllers: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|es| es.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        for id in self.created.borrow().iter() {
+            let relative = match self.kind {
+                Kind::Scute => format!("scute/scute-{id}"),
+                Kind::Containerd => format!("k8s.io/{id}"),
+            };
+            for cgroup in controllers.iter().map(|c| c.join(&relative)).filter(|c| c.is_dir()) {
+                notes.push(format!("leftover cgroup {}", cgroup.display()));
+                let _ = std::fs::remove_dir(&cgroup);
+            }
+        }
         if let Some(host) = &self.host {
             notes.extend(host.clean());
+        }
+        // A netns goes (and its veth with it) a moment after its last process and mount.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !self.network.attached().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
         }
         for link in self.network.attached() {
             notes.push(format!("leftover link {link} on {}", self.network.bridge));
@@ -742,7 +764,9 @@ impl Client<'_> {
                 }),
             )
             .await;
-        (r.into_inner().pod_sandbox_id, took)
+        let id = r.into_inner().pod_sandbox_id;
+        self.daemon.created.borrow_mut().push(id.clone());
+        (id, took)
     }
 
     async fn stop(&mut self, id: &str) -> Duration {

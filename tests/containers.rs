@@ -416,7 +416,10 @@ async fn env_user_workdir_and_readonly_rootfs() {
         ..Default::default()
     });
     let id = pod.run(config).await;
-    pod.wait_exited(&id).await;
+    let status = pod.wait_exited(&id).await;
+    let user = status.user.and_then(|u| u.linux).expect("ContainerStatus.user");
+    assert_eq!((user.uid, user.gid), (1000, 3000));
+    assert!(user.supplemental_groups.contains(&3000));
     let log = pod.log("who");
     let stdout: Vec<&str> = log
         .lines()

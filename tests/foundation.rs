@@ -118,7 +118,10 @@ async fn status_reports_runtime_ready_and_network_readiness_honestly() {
         let f = h.features.as_ref().unwrap();
         assert!(!f.user_namespaces && !f.recursive_read_only_mounts);
     }
-    assert!(!status.features.unwrap().supplemental_groups_policy);
+    assert!(
+        status.features.unwrap().supplemental_groups_policy,
+        "Merge and Strict are implemented"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,13 +158,12 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
     let err = daemon
         .runtime()
         .await
-        .update_container_resources(api::UpdateContainerResourcesRequest::default())
+        .pod_sandbox_stats(api::PodSandboxStatsRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message()
-            .starts_with("UpdateContainerResources is not implemented yet"),
+        err.message().starts_with("PodSandboxStats is not implemented yet"),
         "{}",
         err.message()
     );

@@ -176,6 +176,7 @@ impl ContainerManager {
             message: String::new(),
             log_path,
             cgroups_path: sibling_cgroup(&sandbox.cgroups_path, &id),
+            user: None,
         };
         self.store.create(&name, &record)?;
         let effective = self.with_handler_defaults(config.clone(), &sandbox.runtime_handler);
@@ -259,6 +260,11 @@ impl ContainerManager {
             oom_score_adj_floor: clamp_oom_score_adj(-1000),
         })
         .map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
+        if let Some(user) = spec.process().as_ref().map(|p| p.user()) {
+            let mut groups = vec![user.gid()];
+            groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
+            record.user = Some((user.uid(), user.gid(), groups));
+        }
         let bundle = dir.join("bundle");
         std::fs::create_dir_all(&bundle).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| ContainerError::Failed(e.to_string()))?;

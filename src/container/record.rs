@@ -62,6 +62,9 @@ pub struct ContainerRecord {
     /// Full path of the CRI log file, or empty.
     pub log_path: String,
     pub cgroups_path: String,
+    /// The identity the process runs as (uid, gid, every group), for ContainerStatus.user.
+    #[serde(default)]
+    pub user: Option<(u32, u32, Vec<u32>)>,
 }
 
 impl Record for ContainerRecord {

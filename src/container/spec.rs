@@ -280,6 +280,7 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
     let cap_names: Vec<&str> = caps.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
     let ambient_names: Vec<&str> = ambient.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
     let (mounts, rootfs_propagation) = container_mounts(s, sc, privileged)?;
+    ensure_working_dir(&s.rootfs, &cwd, &mounts)?;
     let namespaces = container_namespaces(s, sc, privileged)?;
     let seccomp = seccomp::for_container(sc, privileged, &cap_names)?;
     let (devices, device_rules) = container_devices(&s.config.devices, privileged)?;
@@ -460,6 +461,25 @@ fn working_dir(config: &api::ContainerConfig, image: &ImageConfig) -> Result<Str
     Ok(cwd.to_string())
 }
 
+/// A working directory the image does not have is created in the container's rootfs (its
+/// writable layer), as runc and Docker do and libcontainer does not (its chdir fails). One under
+/// a mount is left alone: it is not the rootfs's to create.
+fn ensure_working_dir(rootfs: &Path, cwd: &str, mounts: &[Value]) -> Result<(), SpecError> {
+    let cwd_path = Path::new(cwd);
+    let under_mount = mounts
+        .iter()
+        .filter_map(|m| m["destination"].as_str())
+        .any(|d| d != "/" && cwd_path.starts_with(d));
+    if cwd == "/" || under_mount {
+        return Ok(());
+    }
+    user::ensure_dir_in_root(rootfs, cwd).map(|_| ()).map_err(|e| {
+        SpecError::Invalid(format!(
+            "working directory {cwd:?}: cannot create it in the container: {e}"
+        ))
+    })
+}
+
 fn or_defaults(given: &[String], defaults: &[&str]) -> Vec<String> {
     if given.is_empty() {
         defaults.iter().map(|p| p.to_string()).collect()
@@ -494,12 +514,51 @@ fn cap_index(name: &str) -> Result<usize, SpecError> {
         .ok_or_else(|| SpecError::Invalid(format!("unknown capability {name:?}")))
 }
 
+/// The capabilities scute itself holds (its effective set, as containerd's `cap.Current()`), of
+/// those this kernel knows: a container cannot be given more (capset fails), so this is what
+/// "ALL" and privileged mean. Every known one when /proc/self/status cannot be read.
+#[cfg_attr(test, allow(dead_code))]
+fn held_capabilities() -> &'static BTreeSet<usize> {
+    static HELD: OnceLock<BTreeSet<usize>> = OnceLock::new();
+    HELD.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        held_from_status(&status, last_cap())
+    })
+}
+
+/// The capabilities in the `CapEff:` mask of /proc/<pid>/status text, up to `last`; every one
+/// up to `last` without a readable mask.
+fn held_from_status(status: &str, last: usize) -> BTreeSet<usize> {
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+    (0..=last.min(63))
+        .filter(|&c| effective.is_none_or(|mask| mask & (1u64 << c) != 0))
+        .collect()
+}
+
 /// (bounding = effective = permitted, ambient = inheritable) as capability numbers, following
 /// containerd: "ALL" in add, then "ALL" in drop, then the named adds, then the named drops.
-/// Capabilities this kernel does not have are left out; privileged gets all it has.
+/// Capabilities this kernel does not have are left out; "ALL" and privileged get all that scute
+/// holds, defaults scute does not hold are left out, and a named one it does not hold is refused
+/// (libcontainer could not grant it).
 fn capabilities(
     sc: &api::LinuxContainerSecurityContext,
     privileged: bool,
+) -> Result<(BTreeSet<usize>, BTreeSet<usize>), SpecError> {
+    // Unit tests need not run as root: they see a runtime holding every capability.
+    #[cfg(test)]
+    let held = &(0..=last_cap()).collect();
+    #[cfg(not(test))]
+    let held = held_capabilities();
+    capabilities_with(sc, privileged, held)
+}
+
+fn capabilities_with(
+    sc: &api::LinuxContainerSecurityContext,
+    privileged: bool,
+    held: &BTreeSet<usize>,
 ) -> Result<(BTreeSet<usize>, BTreeSet<usize>), SpecError> {
     let supported: BTreeSet<usize> = (0..=last_cap()).collect();
     let requested = sc.capabilities.clone().unwrap_or_default();
@@ -508,17 +567,34 @@ fn capabilities(
     for name in DEFAULT_CAPABILITIES {
         set.insert(cap_index(name)?);
     }
+    set.retain(|c| held.contains(c));
     if requested.add_capabilities.iter().any(is_all) {
-        set.clone_from(&supported);
+        set.clone_from(held);
     }
     if requested.drop_capabilities.iter().any(is_all) {
         set.clear();
     }
+    let not_held = |name: &str, c: usize| {
+        SpecError::Invalid(format!(
+            "capability {name:?} ({}) was requested, but scute does not hold it, so no container can get it",
+            ALL_CAPABILITIES[c]
+        ))
+    };
+    let dropped: BTreeSet<usize> = requested
+        .drop_capabilities
+        .iter()
+        .filter(|n| !is_all(n))
+        .map(|n| cap_index(n))
+        .collect::<Result<_, _>>()?;
     for name in requested.add_capabilities.iter().filter(|n| !is_all(n)) {
-        set.insert(cap_index(name)?);
+        let c = cap_index(name)?;
+        if !privileged && supported.contains(&c) && !held.contains(&c) && !dropped.contains(&c) {
+            return Err(not_held(name, c));
+        }
+        set.insert(c);
     }
-    for name in requested.drop_capabilities.iter().filter(|n| !is_all(n)) {
-        set.remove(&cap_index(name)?);
+    for c in &dropped {
+        set.remove(c);
     }
     let mut ambient = BTreeSet::new();
     for name in &requested.add_ambient_capabilities {
@@ -527,15 +603,19 @@ fn capabilities(
                 "\"ALL\" is not accepted as an ambient capability".into(),
             ));
         }
-        ambient.insert(cap_index(name)?);
+        let c = cap_index(name)?;
+        if !privileged && supported.contains(&c) && !held.contains(&c) {
+            return Err(not_held(name, c));
+        }
+        ambient.insert(c);
     }
     // An ambient capability must be permitted and inheritable too.
     set.extend(ambient.iter().copied());
     if privileged {
-        set.clone_from(&supported);
+        set.clone_from(held);
     }
-    set.retain(|c| supported.contains(c));
-    ambient.retain(|c| supported.contains(c));
+    set.retain(|c| held.contains(c));
+    ambient.retain(|c| held.contains(c));
     Ok((set, ambient))
 }
 
@@ -561,8 +641,9 @@ struct BindMount {
 /// The default mounts, then the kubelet's and the pod's bind mounts sorted by depth (a parent
 /// before what is mounted under it); a bind mount replaces a default at the same destination,
 /// and a /dev mount all defaults under /dev. Returns the mounts and the rootfs propagation
-/// that rshared/rslave binds need, spelled the OCI way (`shared`/`slave`: libcontainer always
-/// applies it recursively and refuses runc's `rshared`/`rslave`).
+/// that rshared/rslave binds need (`private` when none does), spelled the OCI way
+/// (`shared`/`slave`/`private`: libcontainer always applies it recursively and refuses runc's
+/// `rshared`/`rslave`).
 fn container_mounts(
     s: &ContainerSpec<'_>,
     sc: &api::LinuxContainerSecurityContext,
@@ -619,18 +700,24 @@ fn container_mounts(
         json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
         json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", sys_mode]}),
-        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", sys_mode]}),
     ];
     let mut mounts: Vec<Value> = defaults
         .into_iter()
+        .chain(cgroup_mounts(&s.cgroups_path, sys_mode))
         .filter(|m| {
             let d = m["destination"].as_str().unwrap_or_default();
             let under_supplied_dev = destinations.contains("/dev") && d.starts_with("/dev/");
-            !(destinations.contains(d) || under_supplied_dev)
+            let under_supplied_cgroup = destinations.contains("/sys/fs/cgroup") && d.starts_with("/sys/fs/cgroup/");
+            !(destinations.contains(d) || under_supplied_dev || under_supplied_cgroup)
         })
         .collect();
 
-    let mut rootfs_propagation = None;
+    // libcontainer 0.7 drops the propagation options of a mount (its open_tree/move_mount path
+    // never sets one): a bind inherits the propagation its source has in the container's mount
+    // namespace, which is what rootfsPropagation makes of the host's mounts. Its default there
+    // is rslave, which would make every "rprivate" bind a slave that receives the host's later
+    // mounts; "private" keeps them private while no bind asks for more.
+    let mut rootfs_propagation = Some("private");
     let mut mountinfo: Option<Vec<MountInfo>> = None;
     for b in binds {
         if b.create && std::fs::metadata(&b.source).is_err() {
@@ -667,6 +754,140 @@ fn container_mounts(
         mounts.push(json!({"destination": b.destination, "type": "bind", "source": source, "options": options}));
     }
     Ok((mounts, rootfs_propagation))
+}
+
+/// The v1 controllers libcontainer's cgroupfs manager puts a container in (libcgroups
+/// `v1::CONTROLLERS`): a hierarchy with one of them holds the container at its cgroups path.
+const LIBCONTAINER_V1_CONTROLLERS: &[&str] = &[
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "hugetlb",
+    "memory",
+    "pids",
+    "perf_event",
+    "blkio",
+    "net_prio",
+    "net_cls",
+    "freezer",
+];
+
+/// The container's /sys/fs/cgroup, read-only unless `mode` is "rw" (privileged).
+///
+/// cgroup v2: a `cgroup` mount, which libcontainer mounts as cgroup2 in the container's cgroup
+/// namespace. cgroup v1 and hybrid hosts: a tmpfs and one bind mount per v1 hierarchy of the
+/// container's own cgroup there — the layout libcontainer would emulate for a `cgroup` mount,
+/// spelled out because libcontainer 0.7's emulation (`mount_cgroup_v1`) binds every hierarchy
+/// read-write whatever the options say (a container could raise its own memory limit), and
+/// looks its cgroups up in /proc/<its PID in its own PID namespace> of the host's procfs: for a
+/// container in its pod's PID namespace that is some unrelated host process, and the creation
+/// fails when the host has no process with that number.
+fn cgroup_mounts(cgroups_path: &str, mode: &str) -> Vec<Value> {
+    if cgroup2() {
+        return vec![json!({
+            "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+            "options": ["nosuid", "noexec", "nodev", "relatime", mode],
+        })];
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // The shim (and so a container, in a hierarchy libcontainer leaves alone) is in the daemon's
+    // cgroups: it inherits them.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let links: Vec<(String, String)> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?;
+            let target = target.file_name()?.to_string_lossy().into_owned();
+            Some((e.file_name().to_string_lossy().into_owned(), target))
+        })
+        .collect();
+    cgroup_v1_mounts(cgroups_path, mode, &mountinfo, &own, &links)
+}
+
+/// `cgroup_mounts` on a v1 host, from the daemon's mountinfo and /proc/self/cgroup and the
+/// symlinks of the host's /sys/fs/cgroup (`cpu` → `cpu,cpuacct`; bound as directories).
+fn cgroup_v1_mounts(
+    cgroups_path: &str,
+    mode: &str,
+    mountinfo: &str,
+    own_cgroup: &str,
+    links: &[(String, String)],
+) -> Vec<Value> {
+    let mut mounts = vec![json!({
+        "destination": "/sys/fs/cgroup", "type": "tmpfs", "source": "tmpfs",
+        "options": ["nosuid", "noexec", "nodev", "mode=755"],
+    })];
+    let mut seen = HashSet::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        if left.len() < 5 || right.len() < 3 || right[0] != "cgroup" {
+            continue;
+        }
+        let mountpoint = PathBuf::from(unescape_mountinfo(left[4]));
+        if mountpoint.parent() != Some(Path::new("/sys/fs/cgroup")) {
+            continue;
+        }
+        let Some(name) = mountpoint.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        let options: Vec<&str> = right[2].split(',').collect();
+        let managed = options.iter().any(|o| LIBCONTAINER_V1_CONTROLLERS.contains(o));
+        let root = unescape_mountinfo(left[3]);
+        let path = if managed {
+            // libcgroups joins the cgroups path to the mount point, whatever the mount's root.
+            format!("{}{}", root.trim_end_matches('/'), cgroups_path)
+        } else {
+            // Another hierarchy (name=systemd, misc, …): the cgroup the container inherits.
+            let found = own_cgroup.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+                (!controllers.is_empty() && controllers.split(',').any(|c| options.contains(&c)))
+                    .then(|| path.to_string())
+            });
+            match found {
+                Some(p) => p,
+                None => continue,
+            }
+        };
+        let below = if root == "/" {
+            Some(path.as_str())
+        } else {
+            path.strip_prefix(root.as_str())
+                .filter(|r| r.is_empty() || r.starts_with('/'))
+        };
+        let Some(below) = below else {
+            continue;
+        };
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let below = below.trim_start_matches('/');
+        let source = if below.is_empty() {
+            mountpoint.clone()
+        } else {
+            mountpoint.join(below)
+        };
+        let names = std::iter::once(name.clone()).chain(
+            links
+                .iter()
+                .filter(|(_, target)| *target == name)
+                .map(|(link, _)| link.clone()),
+        );
+        for n in names {
+            mounts.push(json!({
+                "destination": format!("/sys/fs/cgroup/{n}"), "type": "bind", "source": source,
+                "options": ["rbind", "rprivate", "nosuid", "noexec", "nodev", mode],
+            }));
+        }
+    }
+    mounts
 }
 
 fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
@@ -1374,6 +1595,23 @@ mod container_tests {
             .unwrap_or_default()
     }
 
+    /// The options of the container's cgroup mounts (the `cgroup` mount on v2, the binds of the
+    /// hierarchies on v1).
+    fn cgroup_options(v: &Value) -> Vec<Vec<String>> {
+        let out: Vec<Vec<String>> = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["destination"].as_str().unwrap().starts_with("/sys/fs/cgroup") && m["type"] != "tmpfs")
+            .map(|m| strings(&m["options"]))
+            .collect();
+        assert_eq!(
+            out.is_empty(),
+            !cgroup2() && !Path::new("/sys/fs/cgroup/memory").exists()
+        );
+        out
+    }
+
     fn mount<'v>(v: &'v Value, destination: &str) -> Vec<&'v Value> {
         v["mounts"]
             .as_array()
@@ -1508,6 +1746,7 @@ mod container_tests {
             .unwrap()
             .iter()
             .map(|m| m["destination"].as_str().unwrap())
+            .filter(|d| !d.starts_with("/sys/fs/cgroup/"))
             .collect();
         assert_eq!(
             destinations,
@@ -1525,7 +1764,7 @@ mod container_tests {
             ]
         );
         assert!(strings(&mount(&v, "/sys")[0]["options"]).contains(&"ro".to_string()));
-        assert!(strings(&mount(&v, "/sys/fs/cgroup")[0]["options"]).contains(&"ro".to_string()));
+        assert!(cgroup_options(&v).iter().all(|o| o.contains(&"ro".to_string())));
         let hosts = mount(&v, "/etc/hosts")[0];
         assert_eq!(hosts["source"], json!(f.sandbox_dir.join("hosts")));
         assert_eq!(strings(&hosts["options"]), ["rbind", "rprivate", "rw"]);
@@ -1586,7 +1825,7 @@ mod container_tests {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|m| m["type"] == "bind")
+            .filter(|m| m["type"] == "bind" && !m["destination"].as_str().unwrap().starts_with("/sys/fs/cgroup/"))
             .map(|m| (m["destination"].as_str().unwrap(), m["source"].as_str().unwrap()))
             .collect();
         let data = f.root.join("data");
@@ -1610,7 +1849,7 @@ mod container_tests {
             ["rbind", "rprivate", "ro"]
         );
         assert_eq!(strings(&mount(&v, "/data")[0]["options"]), ["rbind", "rprivate", "rw"]);
-        assert!(v["linux"].get("rootfsPropagation").is_none());
+        assert_eq!(v["linux"]["rootfsPropagation"], "private");
 
         // A kubelet /dev replaces every default under /dev.
         c.mounts = vec![api::Mount {
@@ -1907,6 +2146,102 @@ mod container_tests {
     }
 
     #[test]
+    fn capabilities_are_limited_to_what_scute_holds() {
+        // A runtime without CAP_SYS_RESOURCE (24) and CAP_NET_RAW (13), as in some sandboxes.
+        let status = "Name:\tscute\nCapInh:\t0000000000000000\nCapEff:\t000001fffeffdfff\n";
+        let held = held_from_status(status, 40);
+        assert_eq!(held.len(), 39);
+        assert!(!held.contains(&24) && !held.contains(&13) && held.contains(&40));
+        assert_eq!(held_from_status("garbage", 3), BTreeSet::from([0, 1, 2, 3]));
+        let with = |add: &[&str], drop: &[&str], privileged: bool| {
+            let sc = api::LinuxContainerSecurityContext {
+                capabilities: Some(api::Capability {
+                    add_capabilities: add.iter().map(|s| s.to_string()).collect(),
+                    drop_capabilities: drop.iter().map(|s| s.to_string()).collect(),
+                    add_ambient_capabilities: vec![],
+                }),
+                ..Default::default()
+            };
+            capabilities_with(&sc, privileged, &held)
+        };
+        let (set, _) = with(&[], &[], false).unwrap();
+        assert_eq!(set.len(), DEFAULT_CAPABILITIES.len() - 1, "NET_RAW is left out");
+        assert!(!set.contains(&13));
+        let (set, _) = with(&["ALL"], &[], false).unwrap();
+        assert_eq!(set, held.iter().copied().filter(|&c| c <= last_cap()).collect());
+        let (set, _) = with(&[], &[], true).unwrap();
+        assert!(!set.contains(&24));
+        let e = with(&["SYS_RESOURCE"], &[], false).unwrap_err();
+        assert!(e.to_string().contains("CAP_SYS_RESOURCE"), "{e}");
+        assert!(
+            with(&["SYS_RESOURCE"], &["SYS_RESOURCE"], false).is_ok(),
+            "dropped again"
+        );
+        assert!(
+            with(&["SYS_RESOURCE"], &[], true).is_ok(),
+            "privileged gets what there is"
+        );
+    }
+
+    #[test]
+    fn cgroup_v1_hierarchies_are_bound_one_by_one() {
+        // Combined cpu,cpuacct with its symlinks, name=systemd mounted from a sub-tree, a
+        // hierarchy libcontainer does not manage, one outside /sys/fs/cgroup, and cgroup2.
+        let mountinfo = "\
+31 27 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,memory
+36 31 0:33 /docker/abc /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
+40 31 0:37 /user.slice /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/misc rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,misc
+42 31 0:39 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw
+43 27 0:40 / /mnt/other rw - cgroup cgroup rw,pids
+";
+        let own = "12:misc:/\n9:name=systemd:/user.slice/user-0.slice/session-1.scope\n4:memory:/daemon\n1:cpu,cpuacct:/daemon\n0::/daemon\n";
+        let links = [
+            ("cpu".to_string(), "cpu,cpuacct".to_string()),
+            ("cpuacct".to_string(), "cpu,cpuacct".to_string()),
+            ("net_cls".to_string(), "net_cls,net_prio".to_string()),
+        ];
+        let mounts = cgroup_v1_mounts("/kubepods/pod1/c1", "ro", mountinfo, own, &links);
+        assert_eq!(mounts[0]["type"], "tmpfs");
+        assert_eq!(mounts[0]["destination"], "/sys/fs/cgroup");
+        let binds: Vec<(&str, &str)> = mounts[1..]
+            .iter()
+            .map(|m| (m["destination"].as_str().unwrap(), m["source"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            binds,
+            [
+                (
+                    "/sys/fs/cgroup/cpu,cpuacct",
+                    "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1"
+                ),
+                ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1"),
+                ("/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1"),
+                ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/memory/kubepods/pod1/c1"),
+                ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/pids/kubepods/pod1/c1"),
+                (
+                    "/sys/fs/cgroup/systemd",
+                    "/sys/fs/cgroup/systemd/user-0.slice/session-1.scope"
+                ),
+                ("/sys/fs/cgroup/misc", "/sys/fs/cgroup/misc"),
+            ]
+        );
+        for m in &mounts[1..] {
+            assert_eq!(
+                strings(&m["options"]),
+                ["rbind", "rprivate", "nosuid", "noexec", "nodev", "ro"]
+            );
+        }
+        // Valid mounts for oci-spec.
+        let _: Vec<oci_spec::runtime::Mount> = serde_json::from_value(json!(mounts)).unwrap();
+        let rw = cgroup_v1_mounts("/c", "rw", mountinfo, own, &[]);
+        assert!(strings(&rw[1]["options"]).contains(&"rw".to_string()));
+        assert_eq!(cgroup_v1_mounts("/c", "ro", "", "", &[]).len(), 1, "just the tmpfs");
+    }
+
+    #[test]
     fn privileged_containers() {
         let f = fixture();
         let mut c = config();
@@ -1929,7 +2264,7 @@ mod container_tests {
         assert!(v["linux"]["readonlyPaths"].as_array().unwrap().is_empty());
         assert!(v["linux"].get("seccomp").is_none());
         assert!(strings(&mount(&v, "/sys")[0]["options"]).contains(&"rw".into()));
-        assert!(strings(&mount(&v, "/sys/fs/cgroup")[0]["options"]).contains(&"rw".into()));
+        assert!(cgroup_options(&v).iter().all(|o| o.contains(&"rw".to_string())));
         assert_eq!(
             v["linux"]["resources"]["devices"],
             json!([{"allow": false, "access": "rwm"}, {"allow": true, "access": "rwm"}])

@@ -273,6 +273,58 @@ pub fn read_in_root(rootfs: &Path, rel: &str) -> std::io::Result<Option<String>>
     Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
 }
 
+/// Makes sure directory `path` exists in `rootfs`, creating what is missing (mode 0755, owned
+/// by the daemon: root), every component resolved inside `rootfs` (`RESOLVE_IN_ROOT`), so a
+/// symlink in the image cannot lead the creation out. Returns whether something was created.
+pub fn ensure_dir_in_root(rootfs: &Path, path: &str) -> std::io::Result<bool> {
+    let root = open(
+        rootfs,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map(unsafe_owned)?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS | ResolveFlag::RESOLVE_NO_XDEV);
+    let open_dir = |rel: &str| -> Result<OwnedFd, Errno> {
+        let rel = if rel.is_empty() { "." } else { rel };
+        let mut attempts = 0;
+        loop {
+            match openat2(root.as_raw_fd(), rel, how) {
+                Err(Errno::EAGAIN) if attempts < OPENAT2_ATTEMPTS => attempts += 1,
+                Err(e) => return Err(e),
+                Ok(fd) => return Ok(unsafe_owned(fd)),
+            }
+        }
+    };
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    if components.contains(&"..") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a path with \"..\"",
+        ));
+    }
+    let mut created = false;
+    for i in 0..components.len() {
+        let rel = components[..=i].join("/");
+        match open_dir(&rel) {
+            Ok(_) => continue,
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        // The parent resolved (inside the root); the name is created under it, not followed.
+        let parent = open_dir(&components[..i].join("/"))?;
+        match nix::sys::stat::mkdirat(Some(parent.as_raw_fd()), components[i], Mode::from_bits_truncate(0o755)) {
+            Ok(()) => created = true,
+            // Raced, or a dangling symlink: the next open tells.
+            Err(Errno::EEXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        open_dir(&rel)?;
+    }
+    Ok(created)
+}
+
 fn unsafe_owned(fd: std::os::fd::RawFd) -> OwnedFd {
     // SAFETY: `fd` was just returned by a successful open and nothing else owns it.
     unsafe { OwnedFd::from_raw_fd(fd) }
@@ -511,6 +563,41 @@ mod tests {
         assert!(resolve(&root, None, "alice").is_err());
         fs::create_dir(root.join("etc/group")).unwrap();
         assert!(read_in_root(&root, "etc/group").is_err());
+    }
+
+    #[test]
+    fn directories_are_created_inside_the_root_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        assert!(ensure_dir_in_root(&rootfs, "/work/dir").unwrap());
+        assert!(rootfs.join("work/dir").is_dir());
+        assert!(!ensure_dir_in_root(&rootfs, "/work/dir/").unwrap(), "exists already");
+        assert!(!ensure_dir_in_root(&rootfs, "/").unwrap());
+        // An absolute symlink and a `..` one both resolve inside the rootfs.
+        std::os::unix::fs::symlink(&outside, rootfs.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../../outside", rootfs.join("etc/rel")).unwrap();
+        // Dangling inside the rootfs: refused, and nothing is created outside.
+        assert!(ensure_dir_in_root(&rootfs, "/abs/x").is_err());
+        assert!(ensure_dir_in_root(&rootfs, "/etc/rel/y").is_err());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        std::fs::create_dir_all(rootfs.join(outside.strip_prefix("/").unwrap())).unwrap();
+        std::fs::create_dir_all(rootfs.join("outside")).unwrap();
+        ensure_dir_in_root(&rootfs, "/abs/x").unwrap();
+        ensure_dir_in_root(&rootfs, "/etc/rel/y").unwrap();
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "nothing created outside"
+        );
+        assert!(rootfs.join(outside.strip_prefix("/").unwrap()).join("x").is_dir());
+        assert!(rootfs.join("outside/y").is_dir());
+        // A file in the way, and "..", are errors.
+        std::fs::write(rootfs.join("file"), "").unwrap();
+        assert!(ensure_dir_in_root(&rootfs, "/file/sub").is_err());
+        assert!(ensure_dir_in_root(&rootfs, "/a/../b").is_err());
     }
 
     #[test]

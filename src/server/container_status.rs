@@ -62,7 +62,13 @@ pub(super) fn to_cri_status(record: &ContainerRecord) -> api::ContainerStatus {
                 linux: Some(linux),
                 ..Default::default()
             }),
-        user: None,
+        user: record.user.as_ref().map(|(uid, gid, groups)| api::ContainerUser {
+            linux: Some(api::LinuxContainerUser {
+                uid: *uid as i64,
+                gid: *gid as i64,
+                supplemental_groups: groups.iter().map(|g| *g as i64).collect(),
+            }),
+        }),
         stop_signal: config.stop_signal,
     }
 }

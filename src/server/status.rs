@@ -27,9 +27,8 @@ impl Cri {
             Err(e) => condition(NETWORK_READY, false, cni::REASON_NOT_READY, &e.to_string()),
         };
 
-        // Features are advertised only once scute really has them (user namespaces, recursive
-        // read-only mounts and SupplementalGroupsPolicy arrive with the containers and
-        // conformance work); the kubelet relies on these to pick behaviour.
+        // Features are advertised only once scute really has them (user namespaces and recursive
+        // read-only mounts arrive with the conformance work); the kubelet relies on these.
         let runtime_handlers = self
             .config
             .handler_names()
@@ -82,7 +81,8 @@ impl Cri {
             info,
             runtime_handlers,
             features: Some(RuntimeFeatures {
-                supplemental_groups_policy: false,
+                // Merge and Strict are both implemented by the container spec builder.
+                supplemental_groups_policy: true,
                 user_namespaces_host_network: false,
             }),
         })
