@@ -69,6 +69,7 @@ pub async fn serve(config: Config) -> Result<()> {
         images.clone(),
         sandboxes.clone(),
     ));
+    containers.recover().await.context("recovering containers")?;
 
     let cri = Arc::new(Cri {
         config: config.clone(),

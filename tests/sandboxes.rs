@@ -347,3 +347,81 @@ async fn sigkill_of_the_daemon_keeps_pods_running() {
 
 #[allow(dead_code)]
 fn unused(_: PathBuf) {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_creations_are_removed_at_restart() {
+    use scute::container::record::{ContainerRecord, ContainerState};
+    use scute::sandbox::record::{SandboxRecord, SandboxState};
+
+    let mut daemon = Daemon::start("");
+    daemon.stop();
+    // What a SIGKILL in the middle of RunPodSandbox / CreateContainer leaves: records whose
+    // pause or process was never started, their names reserved, a directory on disk.
+    {
+        let store = scute::store::Store::open(&daemon.root.join("meta.redb")).unwrap();
+        let sandbox_id = "a".repeat(64);
+        store
+            .create(
+                "half_default_u_0",
+                &SandboxRecord {
+                    id: sandbox_id.clone(),
+                    name: "half_default_u_0".into(),
+                    config: SandboxRecord::encode_config(&pod_config("half")),
+                    runtime_handler: String::new(),
+                    created_at: 1,
+                    state: SandboxState::NotReady,
+                    ips: vec![],
+                    netns: None,
+                    pause_pid: 0,
+                    cni_result: None,
+                    cgroups_path: format!("/scute/scute-{sandbox_id}"),
+                    unclaimed: false,
+                },
+            )
+            .unwrap();
+        let container_id = "b".repeat(64);
+        std::fs::create_dir_all(daemon.root.join("containers").join(&container_id)).unwrap();
+        store
+            .create(
+                "c_half_default_u_0",
+                &ContainerRecord {
+                    id: container_id.clone(),
+                    name: "c_half_default_u_0".into(),
+                    sandbox_id,
+                    config: vec![],
+                    image_ref: "busybox".into(),
+                    image_id: scute::image::digest::Digest::of(b"x"),
+                    chain_ids: vec![],
+                    state: ContainerState::Created,
+                    pid: 0,
+                    created_at: 1,
+                    started_at: 0,
+                    finished_at: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    log_path: String::new(),
+                    cgroups_path: String::new(),
+                    user: None,
+                },
+            )
+            .unwrap();
+    }
+    daemon.start_again();
+    let mut client = daemon.runtime().await;
+    let pods = client
+        .list_pod_sandbox(api::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert!(pods.is_empty(), "{pods:?}");
+    let containers = client
+        .list_containers(api::ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert!(containers.is_empty(), "{containers:?}");
+    assert!(!daemon.root.join("containers").join("b".repeat(64)).exists());
+}

@@ -447,6 +447,21 @@ impl ContainerManager {
         }
     }
 
+    /// After a daemon restart: a container whose creation was cut short (its process was never
+    /// created) is removed entirely, so its name is free for the kubelet's retry.
+    pub async fn recover(&self) -> Result<(), ContainerError> {
+        for record in self.list_records()? {
+            if record.pid == 0 && record.state == ContainerState::Created {
+                tracing::warn!(container = %record.id, "creation was interrupted: removing what it left");
+                if let Err(e) = self.cleanup(&record).await {
+                    tracing::warn!(container = %record.id, error = %e, "cleaning up an interrupted creation");
+                }
+                self.store.delete::<ContainerRecord>(&record.id, Some(&record.name))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Stops every container of a pod (StopPodSandbox), each with the same grace period.
     pub async fn stop_all_in(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ContainerError> {
         for record in self.in_sandbox(sandbox_id)? {
