@@ -26,15 +26,7 @@ struct Pod {
 /// A daemon with the test images behind mirrors, busybox pulled, and a host-network pod.
 async fn pod(name: &str) -> Pod {
     let registry = Registry::start();
-    let out = std::process::Command::new(common::repo_root().join("images/build.sh"))
-        .arg(&registry.addr)
-        .output()
-        .expect("run images/build.sh");
-    assert!(
-        out.status.success(),
-        "images/build.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    registry.push_test_images();
     let daemon = Daemon::start("");
     daemon.mirror_public_registries_to(&registry.addr);
     let logs = tempfile::tempdir().unwrap();

@@ -23,9 +23,6 @@ struct Pod {
     _network: Option<common::TestNetwork>,
 }
 
-/// images/build.sh assembles its rootfs dirs in one work dir: one run at a time.
-static IMAGE_BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 async fn pod(name: &str) -> Pod {
     pod_with(name, None).await
 }
@@ -38,18 +35,7 @@ async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
 /// `pod_with` on a daemon configured with `extra_toml`, the pod using runtime handler `handler`.
 async fn pod_full(name: &str, ports: Option<Vec<api::PortMapping>>, extra_toml: &str, handler: &str) -> Pod {
     let registry = Registry::start();
-    let out = {
-        let _one_build = IMAGE_BUILD.lock().unwrap_or_else(|p| p.into_inner());
-        std::process::Command::new(common::repo_root().join("images/build.sh"))
-            .arg(&registry.addr)
-            .output()
-            .expect("run images/build.sh")
-    };
-    assert!(
-        out.status.success(),
-        "images/build.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    registry.push_test_images();
     let daemon = Daemon::start(extra_toml);
     daemon.mirror_public_registries_to(&registry.addr);
     // Host network keeps most tests independent of CNI (covered by the sandbox tests).

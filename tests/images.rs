@@ -136,7 +136,7 @@ fn manifest_digest(registry: &Registry, repo: &str, tag: &str) -> String {
         .args([
             "-fsSI",
             "-H",
-            "Accept: application/vnd.oci.image.manifest.v1+json,application/vnd.oci.image.index.v1+json",
+            "Accept: application/vnd.oci.image.manifest.v1+json,application/vnd.oci.image.index.v1+json,application/vnd.docker.distribution.manifest.v2+json,application/vnd.docker.distribution.manifest.list.v2+json",
         ])
         .arg(format!("http://{}/v2/{repo}/manifests/{tag}", registry.addr))
         .output()
@@ -300,7 +300,16 @@ async fn multi_arch_index_selects_this_platform() {
         let image = status(&daemon, repo).await.unwrap();
         // RepoDigests name the index (what the tag points at), as containerd records it.
         let index_digest = manifest_digest(&registry, &repo["gcr.io/".len()..repo.len() - 2], "1");
-        assert!(image.repo_digests[0].ends_with(&index_digest) || !image.repo_digests.is_empty());
+        let by_index_digest = format!("{}@{index_digest}", &repo[..repo.len() - 2]);
+        // (Both indexes select the same amd64 image, so it carries both repositories' digests.)
+        assert!(
+            image.repo_digests.contains(&by_index_digest),
+            "{:?}",
+            image.repo_digests
+        );
+        // ... and pulling or looking up by that digest finds the same image.
+        assert_eq!(status(&daemon, &by_index_digest).await.unwrap().id, id);
+        assert_eq!(pull(&daemon, &by_index_digest).await.unwrap(), id);
     }
 }
 

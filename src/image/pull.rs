@@ -125,7 +125,15 @@ impl ImageManager {
         let record = ImageRecord {
             id: config_digest,
             repo_tags: image.repo_tag().into_iter().collect(),
-            repo_digests: vec![image.repo_digest(&resolved.manifest_digest)],
+            // The digest the tag points at (the index for a multi-arch image), as containerd
+            // records it: pulling `name@<that digest>` must find this image.
+            repo_digests: vec![image.repo_digest(
+                resolved
+                    .index
+                    .as_ref()
+                    .map(|(_, d)| d)
+                    .unwrap_or(&resolved.manifest_digest),
+            )],
             manifest_digest: resolved.manifest_digest.clone(),
             manifest_media_type: resolved.media_type.clone(),
             index_digest: resolved.index.as_ref().map(|(_, d)| d.clone()),

@@ -268,6 +268,20 @@ impl Registry {
         Registry { dir, addr }
     }
 
+    /// Fills the registry with the project's test images (images/build.sh: pause, busybox,
+    /// httpd under their mirrored public names). build.sh serialises concurrent runs itself.
+    pub fn push_test_images(&self) {
+        let out = Command::new(repo_root().join("images/build.sh"))
+            .arg(&self.addr)
+            .output()
+            .expect("run images/build.sh");
+        assert!(
+            out.status.success(),
+            "images/build.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn stop(&self) {
         let out = Command::new(repo_root().join("hack/registry.sh"))
             .args(["stop", "--dir"])
