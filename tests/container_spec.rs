@@ -1444,8 +1444,6 @@ async fn exec_runs_with_the_containers_identity() {
 /// An exec'd process is under the container's seccomp filter, as runc's exec is: a probe or a
 /// `kubectl exec` must not be a way around RuntimeDefault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "shim bug: libcontainer 0.7's tenant builder (shim/src/containers.rs exec_in_helper) \
-            rebuilds linux{} without seccomp, so ExecSync processes run unfiltered"]
 async fn exec_keeps_the_seccomp_filter() {
     let pod = pod("execsec").await;
     let script = "grep '^Seccomp:' /proc/self/status | tr -s '\t' ' '; \
@@ -1458,6 +1456,26 @@ async fn exec_keeps_the_seccomp_filter() {
     assert_eq!(
         String::from_utf8_lossy(&from_exec.stdout).lines().collect::<Vec<_>>(),
         want
+    );
+
+    // As root without no_new_privs (the Kubernetes default), loading the filter needs a moment of
+    // CAP_SYS_ADMIN: the exec'd process must end up with exactly the container's sets.
+    let script = "grep -E '^(Seccomp|NoNewPrivs|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status | tr -s '\t' ' '; \
+                  unshare -U true && echo userns=ok || echo userns=denied";
+    let mut c = container("root", &format!("{script}; exec sleep 3600"));
+    seccomp(&mut c, ProfileType::RuntimeDefault);
+    let id = pod.run(c).await;
+    let log = pod.wait_log("root", "userns=").await;
+    let want = stream(&log, "stdout");
+    assert!(want.contains(&"Seccomp: 2".to_string()), "{log}");
+    assert!(want.contains(&"NoNewPrivs: 0".to_string()), "{log}");
+    assert!(want.contains(&"userns=denied".to_string()), "{log}");
+    let from_exec = pod.exec(&id, script).await;
+    assert_eq!(
+        String::from_utf8_lossy(&from_exec.stdout).lines().collect::<Vec<_>>(),
+        want,
+        "{}",
+        String::from_utf8_lossy(&from_exec.stderr)
     );
     pod.remove_all().await;
 }

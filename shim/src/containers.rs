@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use libcgroups::common::{create_cgroup_manager, AnyCgroupManager, CgroupConfig, CgroupManager, ControllerOpt};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
-use libcontainer::oci_spec::runtime::{LinuxResources, Spec};
+use libcontainer::oci_spec::runtime::{
+    Capabilities, Capability as SpecCapability, LinuxResources, LinuxSeccomp, Process, Spec,
+};
 use libcontainer::syscall::syscall::SyscallType;
 use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
@@ -280,7 +282,7 @@ impl Containers {
         // The closure owns the write ends: the shim's copies close when in_helper returns.
         let pid = in_helper(&format!("creating container {id}"), &keep, move || {
             let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
-                .with_executor(ShimExecutor)
+                .with_executor(ShimExecutor::default())
                 .with_root_path(&root)
                 .map_err(|e| ApiError::internal(chain(&e)))?
                 .with_stdin(dev_null()?)
@@ -838,6 +840,11 @@ fn exec_in_helper(
         .set_env(Some(merged))
         .set_terminal(Some(false))
         .set_console_size(None);
+    let exec_seccomp = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.seccomp().clone())
+        .map(|profile| ExecSeccomp::prepare(profile, &mut process));
     let body = serde_json::to_vec(&process).map_err(|e| ApiError::internal(e.to_string()))?;
     OpenOptions::new()
         .write(true)
@@ -848,7 +855,7 @@ fn exec_in_helper(
         .and_then(|mut f| f.write_all(&body))
         .map_err(|e| ApiError::internal(format!("writing {process_file:?}: {e}")))?;
     let pid = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
-        .with_executor(ShimExecutor)
+        .with_executor(ShimExecutor { exec_seccomp })
         .with_root_path(root)
         .map_err(|e| ApiError::internal(chain(&e)))?
         .with_stdin(dev_null()?)
@@ -1029,13 +1036,73 @@ fn read_available(rx: OwnedFd) -> std::io::Result<Vec<u8>> {
 /// libcontainer's default executor, after restoring the signal state a fresh process expects:
 /// the shim blocks SIGCHLD (for its signalfd) and Rust ignores SIGPIPE, and both would otherwise be
 /// inherited through exec by every container process.
+#[derive(Clone, Default)]
+struct ShimExecutor {
+    /// For exec'd processes: the container's filter, which libcontainer's tenant builder leaves out.
+    exec_seccomp: Option<ExecSeccomp>,
+}
+
+/// The container's seccomp filter for an exec'd process, loaded by the executor as the last step
+/// before exec. libcontainer 0.7's tenant builder rebuilds `linux` without `seccomp`, so without
+/// this an exec (a probe, `kubectl exec`) would run unfiltered; runc's exec applies the filter.
 #[derive(Clone)]
-struct ShimExecutor;
+struct ExecSeccomp {
+    profile: LinuxSeccomp,
+    /// Without no_new_privs, loading a filter needs CAP_SYS_ADMIN: the process was given it in
+    /// its effective and permitted sets only (not the bounding set, so exec could not keep it
+    /// anyway) and drops it right after loading.
+    drop_sys_admin: bool,
+}
+
+impl ExecSeccomp {
+    /// Prepares `process` (the exec'd one) for `profile`.
+    fn prepare(profile: LinuxSeccomp, process: &mut Process) -> Self {
+        let nnp = process.no_new_privileges() == Some(true);
+        let mut drop_sys_admin = false;
+        if let Some(mut caps) = process.capabilities().clone() {
+            let effective = caps.effective().clone().unwrap_or_default();
+            if !nnp && !effective.contains(&SpecCapability::SysAdmin) {
+                let add = |set: Option<Capabilities>| {
+                    let mut set = set.unwrap_or_default();
+                    set.insert(SpecCapability::SysAdmin);
+                    Some(set)
+                };
+                let (e, p) = (add(caps.effective().clone()), add(caps.permitted().clone()));
+                caps.set_effective(e).set_permitted(p);
+                process.set_capabilities(Some(caps));
+                drop_sys_admin = true;
+            }
+        }
+        ExecSeccomp {
+            profile,
+            drop_sys_admin,
+        }
+    }
+
+    fn load(&self) -> Result<(), ExecutorError> {
+        let fail = |what: String| ExecutorError::Other(format!("exec: container seccomp filter: {what}"));
+        match libcontainer::seccomp::initialize_seccomp(&self.profile) {
+            Ok(None) => {}
+            Ok(Some(_)) => return Err(fail("notify actions are not supported".into())),
+            Err(e) => return Err(fail(e.to_string())),
+        }
+        if self.drop_sys_admin {
+            for set in [caps::CapSet::Effective, caps::CapSet::Permitted] {
+                caps::drop(None, set, caps::Capability::CAP_SYS_ADMIN)
+                    .map_err(|e| fail(format!("dropping CAP_SYS_ADMIN after loading: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Executor for ShimExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
         reset_signals();
         writable_null_stdio();
+        if let Some(seccomp) = &self.exec_seccomp {
+            seccomp.load()?;
+        }
         DefaultExecutor {}.exec(spec)
     }
 
