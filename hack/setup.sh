@@ -21,6 +21,7 @@ packages=(
 	iptables
 	curl
 	ca-certificates
+	openssl                     # a self-signed certificate for the streaming TLS test
 	file
 )
 

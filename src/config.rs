@@ -27,6 +27,7 @@ pub struct Config {
     pub cni: CniConfig,
     pub registry: RegistryConfig,
     pub image: ImageConfig,
+    pub streaming: StreamingConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +110,18 @@ pub struct RegistryConfig {
 pub struct ImageConfig {
     pub max_concurrent_downloads: usize,
     pub sandbox_image: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamingConfig {
+    pub address: String,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub token_ttl_seconds: u64,
+    pub idle_timeout_seconds: u64,
+    pub stream_creation_timeout_seconds: u64,
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -226,6 +239,35 @@ impl Config {
                 "image.max_concurrent_downloads",
                 format!("{} is out of range (1 to 64)", self.image.max_concurrent_downloads),
             ));
+        }
+        let streaming = &self.streaming;
+        if streaming.address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(bad(
+                "streaming.address",
+                format!(
+                    "{:?} is not an IP address and port (\"127.0.0.1:0\")",
+                    streaming.address
+                ),
+            ));
+        }
+        if streaming.tls_cert.as_os_str().is_empty() != streaming.tls_key.as_os_str().is_empty() {
+            return Err(bad(
+                "streaming.tls_cert",
+                "streaming.tls_cert and streaming.tls_key go together: set both or neither".into(),
+            ));
+        }
+        for (key, value) in [
+            ("streaming.token_ttl_seconds", streaming.token_ttl_seconds),
+            ("streaming.idle_timeout_seconds", streaming.idle_timeout_seconds),
+            (
+                "streaming.stream_creation_timeout_seconds",
+                streaming.stream_creation_timeout_seconds,
+            ),
+            ("streaming.max_sessions", streaming.max_sessions as u64),
+        ] {
+            if value == 0 {
+                return Err(bad(key, "must be at least 1".into()));
+            }
         }
         if let Err(e) = crate::image::reference::ImageRef::parse(&self.image.sandbox_image) {
             return Err(bad("image.sandbox_image", e.to_string()));

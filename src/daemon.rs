@@ -20,6 +20,7 @@ use crate::image::{ImageManager, ImageManagerConfig};
 use crate::sandbox::manager::SandboxManager;
 use crate::server::{image_service_server, runtime_service_server, Cri, CriService};
 use crate::store::Store;
+use crate::streaming::StreamingServer;
 
 /// How long in-flight RPCs may run after a shutdown signal before scute exits anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,19 +72,28 @@ pub async fn serve(config: Config) -> Result<()> {
     ));
     containers.recover().await.context("recovering containers")?;
 
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let streaming = StreamingServer::start(
+        &config.streaming,
+        containers.clone(),
+        sandboxes.clone(),
+        shutdown_rx.clone(),
+    )
+    .await?;
+
     let cri = Arc::new(Cri {
         config: config.clone(),
         store: store.clone(),
         images,
         sandboxes,
         containers,
+        streaming,
         started_at: SystemTime::now(),
         runtime_readiness: Default::default(),
     });
     let service = CriService::new(cri);
     let (recv_max, send_max) = (config.grpc.max_recv_message_size, config.grpc.max_send_message_size);
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
 
     let main_listener = bind_socket(&config.grpc.address, &config.state)?;

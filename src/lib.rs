@@ -22,6 +22,7 @@ pub mod server;
 pub mod shim_client;
 pub mod snapshot;
 pub mod store;
+pub mod streaming;
 
 /// The name reported as VersionResponse.runtime_name.
 pub const RUNTIME_NAME: &str = "scute";

@@ -4,228 +4,11 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::{Daemon, Registry};
+use common::pod::{container, pod, pod_full, pod_with};
 use scute::api;
 use tonic::Code;
-
-const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.29-2";
-
-/// A daemon with the project's test images reachable through mirrors, busybox pulled, and a pod.
-struct Pod {
-    daemon: Daemon,
-    _registry: Registry,
-    id: String,
-    config: api::PodSandboxConfig,
-    logs: tempfile::TempDir,
-    _network: Option<common::TestNetwork>,
-}
-
-async fn pod(name: &str) -> Pod {
-    pod_with(name, None).await
-}
-
-/// A pod on a CNI bridge network of its own with `ports` mapped, or (None) on the host network.
-async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
-    pod_full(name, ports, "", "").await
-}
-
-/// `pod_with` on a daemon configured with `extra_toml`, the pod using runtime handler `handler`.
-async fn pod_full(name: &str, ports: Option<Vec<api::PortMapping>>, extra_toml: &str, handler: &str) -> Pod {
-    let registry = Registry::start();
-    registry.push_test_images();
-    let daemon = Daemon::start(extra_toml);
-    daemon.mirror_public_registries_to(&registry.addr);
-    // Host network keeps most tests independent of CNI (covered by the sandbox tests).
-    let network = ports.as_ref().map(|_| common::TestNetwork::install(&daemon));
-    let mode = if ports.is_some() {
-        api::NamespaceMode::Pod
-    } else {
-        api::NamespaceMode::Node
-    };
-    let logs = tempfile::tempdir().unwrap();
-    let config = api::PodSandboxConfig {
-        port_mappings: ports.unwrap_or_default(),
-        metadata: Some(api::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: logs.path().display().to_string(),
-        linux: Some(api::LinuxPodSandboxConfig {
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(api::NamespaceOption {
-                    network: mode as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    daemon
-        .images()
-        .await
-        .pull_image(api::PullImageRequest {
-            image: Some(api::ImageSpec {
-                image: BUSYBOX.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let id = daemon
-        .runtime()
-        .await
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: handler.to_string(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    Pod {
-        daemon,
-        _registry: registry,
-        id,
-        config,
-        logs,
-        _network: network,
-    }
-}
-
-fn container(name: &str, script: &str) -> api::ContainerConfig {
-    api::ContainerConfig {
-        metadata: Some(api::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(api::ImageSpec {
-            image: BUSYBOX.into(),
-            ..Default::default()
-        }),
-        command: vec!["sh".into(), "-c".into(), script.into()],
-        log_path: format!("{name}.log"),
-        ..Default::default()
-    }
-}
-
-impl Pod {
-    async fn create(&self, config: api::ContainerConfig) -> Result<String, tonic::Status> {
-        self.daemon
-            .runtime()
-            .await
-            .create_container(api::CreateContainerRequest {
-                pod_sandbox_id: self.id.clone(),
-                config: Some(config),
-                sandbox_config: Some(self.config.clone()),
-            })
-            .await
-            .map(|r| r.into_inner().container_id)
-    }
-
-    async fn run(&self, config: api::ContainerConfig) -> String {
-        let id = self.create(config).await.unwrap();
-        self.daemon
-            .runtime()
-            .await
-            .start_container(api::StartContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .unwrap();
-        id
-    }
-
-    async fn status(&self, id: &str) -> api::ContainerStatus {
-        self.daemon
-            .runtime()
-            .await
-            .container_status(api::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-            .unwrap()
-    }
-
-    async fn wait_exited(&self, id: &str) -> api::ContainerStatus {
-        for _ in 0..200 {
-            let s = self.status(id).await;
-            if s.state() == api::ContainerState::ContainerExited {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("container {id} did not exit");
-    }
-
-    async fn exec(&self, id: &str, cmd: &[&str], timeout: i64) -> Result<api::ExecSyncResponse, tonic::Status> {
-        self.daemon
-            .runtime()
-            .await
-            .exec_sync(api::ExecSyncRequest {
-                container_id: id.into(),
-                cmd: cmd.iter().map(|s| s.to_string()).collect(),
-                timeout,
-            })
-            .await
-            .map(|r| r.into_inner())
-    }
-
-    fn log(&self, name: &str) -> String {
-        std::fs::read_to_string(self.logs.path().join(format!("{name}.log"))).unwrap_or_default()
-    }
-
-    async fn wait_log(&self, name: &str, needle: &str) -> String {
-        for _ in 0..200 {
-            let log = self.log(name);
-            if log.contains(needle) {
-                return log;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("{needle:?} never appeared in {name}.log:\n{}", self.log(name));
-    }
-
-    async fn remove_all(&self) {
-        let mut runtime = self.daemon.runtime().await;
-        runtime
-            .stop_pod_sandbox(api::StopPodSandboxRequest {
-                pod_sandbox_id: self.id.clone(),
-            })
-            .await
-            .unwrap();
-        runtime
-            .remove_pod_sandbox(api::RemovePodSandboxRequest {
-                pod_sandbox_id: self.id.clone(),
-            })
-            .await
-            .unwrap();
-        let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(self.daemon.dir().to_str().unwrap()))
-            .map(str::to_string)
-            .collect();
-        assert!(left.is_empty(), "mounts left: {left:?}");
-        assert!(
-            !self.daemon.root.join("containers").exists()
-                || std::fs::read_dir(self.daemon.root.join("containers")).unwrap().count() == 0
-        );
-    }
-}
 
 fn alive(pid: i64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -557,5 +340,31 @@ async fn runtime_handler_defaults_apply_to_its_pods() {
     pod.remove_all().await;
 }
 
-#[allow(dead_code)]
-fn unused(_: &Path) {}
+/// Containers with a terminal or a stdin run (attach itself is in tests/shim.rs and the streaming
+/// tests): a tty container's output is on its own terminal and logged as stdout; a stdin
+/// container waits on its stdin, which gives no EOF by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tty_and_stdin_containers() {
+    let pod = pod("interactive").await;
+    let mut term = container("term", "tty; echo on-a-terminal >&2; exec sleep 3600");
+    term.tty = true;
+    term.stdin = true;
+    term.stdin_once = true;
+    let term = pod.run(term).await;
+    let log = pod.wait_log("term", "on-a-terminal").await;
+    assert!(
+        log.lines().any(|l| l.contains(" stdout F /dev/pts/0")),
+        "the container's own devpts: {log}"
+    );
+    assert!(!log.contains(" stderr "), "a terminal is one stream: {log}");
+    assert_eq!(pod.status(&term).await.state(), api::ContainerState::ContainerRunning);
+
+    let mut input = container("input", "echo started; cat; echo cat-ended");
+    input.stdin = true;
+    let input = pod.run(input).await;
+    pod.wait_log("input", "started").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pod.status(&input).await.state(), api::ContainerState::ContainerRunning);
+    assert!(!pod.log("input").contains("cat-ended"), "{}", pod.log("input"));
+    pod.remove_all().await;
+}

@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use scute::shim_client::{
-    pb::ErrorCode, read_exit_file, ContainerStatus, CreateOptions, ExecOptions, ShimClient, ShimError, SpawnOptions,
+    pb::ErrorCode, read_exit_file, AttachOptions, ContainerStatus, CreateOptions, ExecOptions, ExecStreamOptions,
+    SessionOutput, SessionOutputs, ShimClient, ShimError, ShimSession, SpawnOptions,
 };
 
 fn repo_root() -> PathBuf {
@@ -221,7 +222,16 @@ async fn pause_sandbox_lifecycle() {
     // The pause container, in its own namespaces and cgroup.
     let b = bundle(tmp.path(), "pause", &cgroups[0]);
     let pid = shim.create_container("pause", &b).await.expect("create pause");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    // Started means told to start: the exec of /pause may take a moment more.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut cmdline = Vec::new();
+    while Instant::now() < deadline {
+        cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        if cmdline == b"/pause\0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(cmdline, b"/pause\0");
     for kind in ["pid", "uts", "ipc", "net", "mnt"] {
         assert_ne!(
@@ -726,26 +736,20 @@ async fn container_logs() {
     shim.reopen_log("null").await.unwrap();
     assert!(matches!(shim.reopen_log("nope").await, Err(ShimError::NotFound(_))));
 
-    // stdin and tty: not yet.
+    // A terminal must be what the bundle's process.terminal says.
     let b = pod.bundle("null", &["true"], |_| {});
-    for opts in [
-        CreateOptions {
-            stdin: true,
-            ..Default::default()
-        },
-        CreateOptions {
-            tty: true,
-            ..Default::default()
-        },
-    ] {
-        match shim.create_container_with("x", &b, &opts).await {
-            Err(ShimError::Remote {
-                code: ErrorCode::Unimplemented,
-                ..
-            }) => {}
-            other => panic!("{other:?}"),
-        }
+    let tty = CreateOptions {
+        tty: true,
+        ..Default::default()
+    };
+    match shim.create_container_with("x", &b, &tty).await {
+        Err(ShimError::Remote {
+            code: ErrorCode::InvalidArgument,
+            message,
+        }) => assert!(message.contains("process.terminal"), "{message}"),
+        other => panic!("{other:?}"),
     }
+    assert!(matches!(shim.state("x").await, Err(ShimError::NotFound(_))));
 
     for c in ["hello", "long", "rot", "many", "null"] {
         shim.delete_container(c).await.unwrap();
@@ -975,5 +979,518 @@ async fn oom_kill_is_reported() {
     let rec = read_exit_file(&pod.state_dir, "hog").unwrap().unwrap();
     assert!(rec.oom_killed);
     shim.delete_container("hog").await.unwrap();
+    pod.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming sessions: ExecStream and Attach, with pipes and terminals.
+
+/// Gives the container its own devpts (terminals are opened there) and sets process.terminal.
+fn with_terminal(terminal: bool) -> impl FnOnce(&mut serde_json::Value) {
+    move |c| {
+        c["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+            "destination": "/dev/pts", "type": "devpts", "source": "devpts",
+            "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+        }));
+        c["process"]["terminal"] = serde_json::json!(terminal);
+    }
+}
+
+/// What a session yielded so far.
+#[derive(Default)]
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit: Option<i32>,
+    /// The shim closed the session.
+    closed: bool,
+}
+
+impl Collected {
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    fn err(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+impl std::fmt::Debug for Collected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cut = |s: String| {
+            if s.len() > 2000 {
+                format!("{}…", &s[..2000])
+            } else {
+                s
+            }
+        };
+        write!(
+            f,
+            "stdout {:?}, stderr {:?}, exit {:?}, closed {}",
+            cut(self.out()),
+            cut(self.err()),
+            self.exit,
+            self.closed
+        )
+    }
+}
+
+/// Reads the session until `done` says so or the shim closes it (at most 10 s).
+async fn read_until(out: &mut SessionOutputs, got: &mut Collected, done: impl Fn(&Collected) -> bool) {
+    read_session(out, got, done, false).await
+}
+
+async fn read_session(
+    out: &mut SessionOutputs,
+    got: &mut Collected,
+    done: impl Fn(&Collected) -> bool,
+    allow_cut: bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done(got) && !got.closed {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, out.next()).await {
+            Err(_) => panic!("session: nothing more in time; so far {got:?}"),
+            Ok(None) => got.closed = true,
+            Ok(Some(Ok(SessionOutput::Stdout(b)))) => got.stdout.extend_from_slice(&b),
+            Ok(Some(Ok(SessionOutput::Stderr(b)))) => got.stderr.extend_from_slice(&b),
+            Ok(Some(Ok(SessionOutput::Exit(code)))) => {
+                assert_eq!(got.exit, None, "two exits");
+                got.exit = Some(code);
+            }
+            // Cut in the middle of a frame: a session dropped for falling behind.
+            Ok(Some(Err(ShimError::Gone(_)))) if allow_cut => got.closed = true,
+            Ok(Some(Err(e))) => panic!("session: {e}; so far {got:?}"),
+        }
+    }
+}
+
+/// Reads the whole session.
+async fn read_all(s: &mut ShimSession) -> Collected {
+    let mut got = Collected::default();
+    read_until(&mut s.output, &mut got, |_| false).await;
+    got
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// Waits (bounded) until the shim holds `n` descriptors again (reaping is asynchronous).
+async fn wait_fd_count(pid: u32, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fd_count(pid) != n {
+        assert!(
+            Instant::now() < deadline,
+            "the shim holds {} descriptors, {n} before: {:?}",
+            fd_count(pid),
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn exec_sessions() {
+    let pod = Pod::start("xs", &["box", "created"]).await;
+    let shim = &pod.shim;
+    let log = pod.log_path("box");
+    let b = pod.bundle(
+        "box",
+        &["sh", "-c", "echo ready; exec sleep 1000"],
+        with_terminal(false),
+    );
+    let init = shim
+        .create_container_with(
+            "box",
+            &b,
+            &CreateOptions {
+                log_path: Some(log.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    shim.start_container("box").await.unwrap();
+    wait_for_log(&log, "ready").await;
+    let cgroup = pod.cgroup("box");
+    let shim_pid = shim.shim_pid().unwrap();
+    let fds = fd_count(shim_pid);
+    let opts = |args: &[&str]| ExecStreamOptions {
+        args: strings(args),
+        ..Default::default()
+    };
+
+    // Without a terminal: stdout and stderr apart, the exit code after all output, then the end.
+    let mut s = shim
+        .exec_stream("box", &opts(&["sh", "-c", "echo out; echo err >&2; echo more; exit 3"]))
+        .await
+        .unwrap();
+    assert!(s.pid > 0 && !s.tty);
+    let got = read_all(&mut s).await;
+    assert_eq!(
+        (got.out(), got.err(), got.exit, got.closed),
+        ("out\nmore\n".into(), "err\n".into(), Some(3), true),
+        "{got:?}"
+    );
+    // The container's user, cwd and environment, as ExecSync.
+    let mut s = shim
+        .exec_stream(
+            "box",
+            &ExecStreamOptions {
+                env: strings(&["EXTRA=more"]),
+                ..opts(&["sh", "-c", "echo $(id -u) $(pwd) $GREETING $EXTRA"])
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_all(&mut s).await.out(), "1000 /tmp hello more\n");
+
+    // stdin: what the session sends reaches the process; closing it ends `cat`.
+    let mut s = shim
+        .exec_stream(
+            "box",
+            &ExecStreamOptions {
+                stdin: true,
+                ..opts(&["cat"])
+            },
+        )
+        .await
+        .unwrap();
+    let mut got = Collected::default();
+    s.input.stdin(b"hello\n").await.unwrap();
+    read_until(&mut s.output, &mut got, |g| g.stdout.ends_with(b"hello\n")).await;
+    let big = vec![b'z'; 300_000];
+    s.input.stdin(&big).await.unwrap();
+    s.input.close_stdin().await.unwrap();
+    read_until(&mut s.output, &mut got, |_| false).await;
+    assert_eq!(got.stdout.len(), 6 + big.len());
+    assert_eq!((got.exit, got.closed), (Some(0), true));
+
+    // Much output read slowly: all of it arrives, the process waits for the session, the shim
+    // does not buffer it.
+    let rss_before = status_kib(shim_pid, "VmRSS");
+    let mut s = shim
+        .exec_stream(
+            "box",
+            &opts(&["sh", "-c", r#"head -c 8000000 /dev/zero | tr '\0' a; echo; exit 0"#]),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let rss_held = status_kib(shim_pid, "VmRSS");
+    let got = read_all(&mut s).await;
+    assert_eq!((got.stdout.len(), got.exit), (8_000_001, Some(0)));
+    assert!(got.stdout[..8_000_000].iter().all(|&b| b == b'a'));
+    eprintln!("shim VmRSS {rss_before} KiB, {rss_held} KiB with an exec session's output waiting");
+    assert!(
+        rss_held < rss_before + 4096,
+        "the shim buffers a slow session's output: {rss_before} -> {rss_held} KiB"
+    );
+
+    // On a terminal: the initial size, a resize, the container's own devpts; stderr is stdout.
+    let mut s = shim
+        .exec_stream(
+            "box",
+            &ExecStreamOptions {
+                tty: true,
+                stdin: true,
+                width: 100,
+                height: 30,
+                ..opts(&["sh"])
+            },
+        )
+        .await
+        .unwrap();
+    assert!(s.tty);
+    let mut got = Collected::default();
+    s.input.stdin(b"stty size; tty; echo to-stderr >&2\n").await.unwrap();
+    read_until(&mut s.output, &mut got, |g| {
+        let o = g.out();
+        o.contains("30 100") && o.contains("/dev/pts/") && o.contains("\nto-stderr")
+    })
+    .await;
+    s.input.resize(120, 40).await.unwrap();
+    s.input.stdin(b"stty size\n").await.unwrap();
+    read_until(&mut s.output, &mut got, |g| g.out().contains("40 120")).await;
+    s.input.stdin(b"exit 5\n").await.unwrap();
+    read_until(&mut s.output, &mut got, |_| false).await;
+    assert_eq!(got.exit, Some(5), "{got:?}");
+    assert!(got.stderr.is_empty(), "{got:?}");
+
+    // On a terminal, closing stdin sends ^D: cat ends.
+    let mut s = shim
+        .exec_stream(
+            "box",
+            &ExecStreamOptions {
+                tty: true,
+                stdin: true,
+                ..opts(&["cat"])
+            },
+        )
+        .await
+        .unwrap();
+    let mut got = Collected::default();
+    s.input.stdin(b"abc\n").await.unwrap();
+    // Echoed by the terminal, then by cat.
+    read_until(&mut s.output, &mut got, |g| g.out().matches("abc").count() == 2).await;
+    s.input.close_stdin().await.unwrap();
+    read_until(&mut s.output, &mut got, |_| false).await;
+    assert_eq!(got.exit, Some(0), "{got:?}");
+
+    // A client that drops its session: the process is killed and reaped.
+    let s = shim.exec_stream("box", &opts(&["sleep", "1000"])).await.unwrap();
+    let pid = s.pid;
+    assert!(alive(pid));
+    assert_eq!(cgroup_pids(&cgroup).len(), 2);
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proc_stat(pid).is_some() || cgroup_pids(&cgroup) != vec![init] {
+        assert!(Instant::now() < deadline, "the dropped session's process still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Also while the process is blocked writing output nobody reads.
+    let s = shim.exec_stream("box", &opts(&["sh", "-c", "yes"])).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cgroup_pids(&cgroup) != vec![init] {
+        assert!(Instant::now() < deadline, "the dropped session's process still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Failures answer at once, before any session.
+    assert!(matches!(
+        shim.exec_stream("nope", &opts(&["true"])).await,
+        Err(ShimError::NotFound(_))
+    ));
+    match shim.exec_stream("box", &opts(&["/no/such/binary"])).await {
+        Err(ShimError::Remote {
+            code: ErrorCode::Internal,
+            ..
+        }) => {}
+        other => panic!("{:?}", other.map(|s| s.pid)),
+    }
+    let created = pod.bundle("created", &["true"], |_| {});
+    shim.create_container_with("created", &created, &CreateOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        shim.exec_stream("created", &opts(&["true"])).await,
+        Err(ShimError::Remote {
+            code: ErrorCode::FailedPrecondition,
+            ..
+        })
+    ));
+    shim.delete_container("created").await.unwrap();
+
+    // Nothing left behind: descriptors, console sockets, libcontainer's console links.
+    wait_fd_count(shim_pid, fds).await;
+    let stray: Vec<_> = std::fs::read_dir(&pod.state_dir)
+        .unwrap()
+        .chain(std::fs::read_dir(pod.state_dir.join("containers/box")).unwrap())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("tty-") || n.starts_with("tenant-tty-") || n.starts_with("exec-"))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+
+    shim.kill("box", libc::SIGKILL, false).await.unwrap();
+    wait_stopped(shim, "box").await;
+    shim.delete_container("box").await.unwrap();
+    pod.finish().await;
+}
+
+#[tokio::test]
+async fn attach_sessions() {
+    let pod = Pod::start("at", &["reader", "once", "once2", "tty", "flood"]).await;
+    let shim = &pod.shim;
+    let shim_pid = shim.shim_pid().unwrap();
+    let fds = fd_count(shim_pid);
+    let create = |name: &'static str, args: &'static [&'static str], opts: CreateOptions| {
+        let pod = &pod;
+        async move {
+            let tty = opts.tty;
+            let b = pod.bundle(name, args, with_terminal(tty));
+            let opts = CreateOptions {
+                log_path: Some(pod.log_path(name)),
+                ..opts
+            };
+            pod.shim.create_container_with(name, &b, &opts).await.unwrap()
+        }
+    };
+    let attach = |stdin: bool, stdout: bool, stderr: bool| AttachOptions { stdin, stdout, stderr };
+    let with_stdin = CreateOptions {
+        stdin: true,
+        ..Default::default()
+    };
+
+    // A container reading stdin: several sessions at once, input from each, output to each that
+    // wants it and to the log.
+    create(
+        "reader",
+        &[
+            "sh",
+            "-c",
+            "while read x; do echo got $x; echo err $x >&2; done; echo eof",
+        ],
+        with_stdin.clone(),
+    )
+    .await;
+    shim.start_container("reader").await.unwrap();
+    let mut a = shim.attach("reader", &attach(true, true, true)).await.unwrap();
+    assert_eq!((a.pid, a.tty), (0, false));
+    let mut b = shim.attach("reader", &attach(false, true, false)).await.unwrap();
+    a.input.stdin(b"one\n").await.unwrap();
+    let (mut got_a, mut got_b) = (Collected::default(), Collected::default());
+    read_until(&mut a.output, &mut got_a, |g| {
+        g.out() == "got one\n" && g.err() == "err one\n"
+    })
+    .await;
+    read_until(&mut b.output, &mut got_b, |g| g.out() == "got one\n").await;
+    let log = pod.log_path("reader");
+    wait_for_log(&log, "got one").await;
+    wait_for_log(&log, "err one").await;
+    // Its input ends (not stdin_once): the container's stdin stays open for the next session.
+    a.input.close_stdin().await.unwrap();
+    drop(a);
+    let mut c = shim.attach("reader", &attach(true, false, false)).await.unwrap();
+    c.input.stdin(b"two\n").await.unwrap();
+    read_until(&mut b.output, &mut got_b, |g| g.out().ends_with("got two\n")).await;
+    // A session that only shuts its input half down keeps getting output (and the container is
+    // untouched).
+    let ShimSession { input, output, .. } = c;
+    drop(input);
+    let mut d = shim.attach("reader", &attach(true, true, false)).await.unwrap();
+    d.input.stdin(b"three\n").await.unwrap();
+    read_until(&mut b.output, &mut got_b, |g| g.out().ends_with("got three\n")).await;
+    assert_eq!(got_b.stderr, b"", "stderr was not asked for");
+    // The exit, after the output, ends every session.
+    shim.kill("reader", libc::SIGKILL, false).await.unwrap();
+    let mut got_c = Collected::default();
+    let mut output = output;
+    read_until(&mut output, &mut got_c, |_| false).await;
+    assert_eq!(
+        (got_c.out(), got_c.exit, got_c.closed),
+        (String::new(), Some(137), true)
+    );
+    read_until(&mut b.output, &mut got_b, |_| false).await;
+    assert_eq!((got_b.exit, got_b.closed), (Some(137), true));
+    let mut got_d = Collected::default();
+    read_until(&mut d.output, &mut got_d, |_| false).await;
+    assert_eq!((got_d.out(), got_d.exit), ("got three\n".into(), Some(137)));
+    assert!(matches!(
+        shim.attach("reader", &attach(false, true, true)).await,
+        Err(ShimError::Remote {
+            code: ErrorCode::FailedPrecondition,
+            ..
+        })
+    ));
+
+    // stdin_once: the first session that ends its input (by closing) closes stdin for good.
+    let once = CreateOptions {
+        stdin_once: true,
+        ..with_stdin.clone()
+    };
+    create("once", &["sh", "-c", "cat; echo done; exec sleep 1000"], once.clone()).await;
+    shim.start_container("once").await.unwrap();
+    let mut a = shim.attach("once", &attach(true, true, false)).await.unwrap();
+    let mut watch = shim.attach("once", &attach(false, true, false)).await.unwrap();
+    a.input.stdin(b"x\n").await.unwrap();
+    let mut got = Collected::default();
+    read_until(&mut a.output, &mut got, |g| g.out() == "x\n").await;
+    drop(a);
+    let mut got = Collected::default();
+    read_until(&mut watch.output, &mut got, |g| g.out() == "x\ndone\n").await;
+    match shim.attach("once", &attach(true, true, false)).await {
+        Err(ShimError::Remote {
+            code: ErrorCode::FailedPrecondition,
+            message,
+        }) => assert!(message.contains("stdin_once"), "{message}"),
+        other => panic!("{:?}", other.map(|s| s.pid)),
+    }
+    drop(watch);
+    // Ended by CloseStdin, on a container attached before its start; the exit code.
+    create("once2", &["sh", "-c", "cat; echo done; exit 7"], once).await;
+    let mut a = shim.attach("once2", &attach(true, true, true)).await.unwrap();
+    shim.start_container("once2").await.unwrap();
+    a.input.stdin(b"y\n").await.unwrap();
+    a.input.close_stdin().await.unwrap();
+    let got = read_all(&mut a).await;
+    assert_eq!((got.out(), got.exit, got.closed), ("y\ndone\n".into(), Some(7), true));
+    let entries = log_entries(&pod.log_path("once2"));
+    assert_eq!(entries, vec![entry("stdout", "F", "y"), entry("stdout", "F", "done")]);
+
+    // A terminal: attached before the start, resized, output logged as stdout.
+    let tty = CreateOptions {
+        tty: true,
+        ..with_stdin.clone()
+    };
+    create("tty", &["sh"], tty).await;
+    let mut t = shim.attach("tty", &attach(true, true, false)).await.unwrap();
+    assert!(t.tty);
+    shim.start_container("tty").await.unwrap();
+    t.input.resize(90, 20).await.unwrap();
+    t.input.stdin(b"stty size; tty; echo hi-$((40+2)) >&2\n").await.unwrap();
+    let mut got = Collected::default();
+    read_until(&mut t.output, &mut got, |g| {
+        let o = g.out();
+        o.contains("20 90") && o.contains("/dev/pts/0") && o.contains("\nhi-42")
+    })
+    .await;
+    t.input.stdin(b"exit 4\n").await.unwrap();
+    read_until(&mut t.output, &mut got, |_| false).await;
+    assert_eq!((got.exit, got.closed), (Some(4), true), "{got:?}");
+    assert!(got.stderr.is_empty());
+    let entries = log_entries(&pod.log_path("tty"));
+    assert!(
+        entries.iter().any(|e| e.0 == "stdout" && e.2.starts_with("hi-42")),
+        "{entries:?}"
+    );
+    assert!(entries.iter().all(|e| e.0 == "stdout"), "{entries:?}");
+
+    // A session that does not keep up with a container's output is dropped; the container and
+    // its log go on.
+    create(
+        "flood",
+        &[
+            "sh",
+            "-c",
+            r#"sleep 0.3; head -c 20000000 /dev/zero | tr '\0' a; echo; echo end; exec sleep 1000"#,
+        ],
+        CreateOptions::default(),
+    )
+    .await;
+    shim.start_container("flood").await.unwrap();
+    let mut slow = shim.attach("flood", &attach(false, true, true)).await.unwrap();
+    let log = pod.log_path("flood");
+    wait_for_log(&log, "end").await;
+    let mut got = Collected::default();
+    read_session(&mut slow.output, &mut got, |_| false, true).await;
+    assert!(got.closed && got.exit.is_none(), "{got:?}");
+    assert!(got.stdout.len() < 20_000_000, "{} bytes", got.stdout.len());
+    // Without stdin, none can be asked for.
+    match shim.attach("flood", &attach(true, true, true)).await {
+        Err(ShimError::Remote {
+            code: ErrorCode::FailedPrecondition,
+            message,
+        }) => assert!(message.contains("without stdin"), "{message}"),
+        other => panic!("{:?}", other.map(|s| s.pid)),
+    }
+    assert!(matches!(
+        shim.attach("nope", &attach(false, true, true)).await,
+        Err(ShimError::NotFound(_))
+    ));
+
+    for c in ["reader", "once", "once2", "tty", "flood"] {
+        shim.delete_container(c).await.unwrap();
+    }
+    wait_fd_count(shim_pid, fds).await;
     pod.finish().await;
 }

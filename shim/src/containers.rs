@@ -15,13 +15,17 @@
 //! Reaping happens only between requests (the event loop and the start of each request), never
 //! while libcontainer runs: it forks and waits for its own helper processes.
 //!
-//! A container with a log path has pipes for stdout and stderr whose read ends the shim keeps
-//! (logs.rs); exec'd processes (exec.rs) are tracked here too, since their exits are reaped here.
+//! A container with a log path, stdin or a tty has pipes for stdout and stderr (or a terminal)
+//! whose read ends the shim keeps (logs.rs), and a stdin the shim writes to (stdio.rs). Attach
+//! sessions are kept here with their container: output is copied to them as it is read, their
+//! input goes to its stdin. Exec'd processes (exec.rs) are tracked here too, since their exits
+//! are reaped here. Output for sessions is collected as frames (`take_session_output`); the
+//! event loop owns the connections and queues the frames on them.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -42,11 +46,12 @@ use nix::unistd::{fork, ForkResult, Pid};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::exec::{self, Capture, Exec};
+use crate::exec::{self, output_frame, Capture, Exec, Outbox, StreamExec};
 use crate::exits::{self, exit_of, now_ns, ExitRecord};
 use crate::logs::{self, ContainerLog, LogFile, LogStream};
 use crate::oom;
-use crate::pb::{self, ErrorCode};
+use crate::pb::{self, session_input, session_output, ErrorCode};
+use crate::stdio::{self, ConsoleSocket, Input};
 
 /// How long DeleteContainer waits for a SIGKILLed container to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -120,31 +125,75 @@ struct Entry {
     status: Status,
     created_at_ns: i64,
     started_at_ns: i64,
-    /// Where its output goes, when it has a log file.
+    /// Its output (to the log file, if it has one, and to attached sessions), when it has pipes
+    /// or a terminal.
     log: Option<ContainerLog>,
     /// Its memory cgroup's OOM kill counter file and the count at creation.
     oom: Option<(PathBuf, u64)>,
+    /// Its stdin, when created with one (a pipe's write end, or the terminal's master).
+    stdin: Option<Input>,
+    /// The first attach session that ends its input closes stdin.
+    stdin_once: bool,
+    /// Its terminal's master, for resizes.
+    tty: Option<OwnedFd>,
+    attached: Vec<Attachment>,
+}
+
+/// An attach session of a container.
+struct Attachment {
+    conn: u64,
+    /// Its input goes to the container's stdin (until it ends its input).
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+}
+
+impl Attachment {
+    /// Wants output of stream `i` (0 stdout, 1 stderr; a terminal is stream 0 and serves both).
+    fn wants(&self, i: usize, tty: bool) -> bool {
+        if tty {
+            self.stdout || self.stderr
+        } else if i == 0 {
+            self.stdout
+        } else {
+            self.stderr
+        }
+    }
+}
+
+/// Copies a chunk of a container's stream `i` to its attached sessions.
+fn copy_to_sessions(attached: &[Attachment], tty: bool, i: usize, chunk: &[u8], outbox: &mut Outbox) {
+    for a in attached.iter().filter(|a| a.wants(i, tty)) {
+        outbox.push((a.conn, output_frame(i, chunk)));
+    }
 }
 
 /// What CreateContainer asks for besides the bundle.
 #[derive(Debug, Default, Clone)]
 pub struct CreateOptions {
     pub create_only: bool,
-    /// Absolute; empty: stdout and stderr are /dev/null.
+    /// Absolute; empty: output goes to no file (to /dev/null unless stdin or tty).
     pub log_path: String,
     pub stdin: bool,
     pub tty: bool,
     /// 0: the default.
     pub max_log_line_bytes: u32,
+    pub stdin_once: bool,
 }
 
 /// A descriptor the event loop polls for this module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// A container's stdout (0) or stderr (1) pipe.
+    /// A container's stdout (0) or stderr (1) pipe, or its terminal (0).
     Log(String, usize),
     /// An exec's (by serial) stdout (0) or stderr (1) pipe.
     Exec(u64, usize),
+    /// An ExecStream's (by serial) stdout (0) or stderr (1) pipe, or its terminal (0).
+    Stream(u64, usize),
+    /// A container's stdin, with input waiting to be written.
+    Stdin(String),
+    /// An ExecStream's stdin, with input waiting to be written.
+    StreamStdin(u64),
 }
 
 pub struct Containers {
@@ -157,7 +206,12 @@ pub struct Containers {
     table: BTreeMap<String, Entry>,
     /// Exec'd processes whose answer is pending.
     execs: Vec<Exec>,
+    /// ExecStream processes (until their session got the exit).
+    streams: Vec<StreamExec>,
+    /// Serial numbers of execs and console sockets.
     next_exec: u64,
+    /// Frames for sessions, taken by the event loop.
+    outbox: Outbox,
 }
 
 /// The container ids libcontainer accepts, which are also safe as file names.
@@ -213,8 +267,22 @@ impl Containers {
             exits_dir,
             table: BTreeMap::new(),
             execs: Vec::new(),
+            streams: Vec::new(),
             next_exec: 1,
+            outbox: Vec::new(),
         }
+    }
+
+    /// A unix socket for a terminal's master (in the state dir: short enough for sun_path).
+    fn console_socket(&mut self) -> Result<ConsoleSocket, ApiError> {
+        let serial = self.next_exec;
+        self.next_exec += 1;
+        let path = self
+            .root
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(format!("tty-{serial}.sock"));
+        ConsoleSocket::bind(path).map_err(|e| ApiError::internal(format!("console socket for a terminal: {e}")))
     }
 
     /// Where libcontainer's own messages (also those of the container's init before it execs) go.
@@ -242,52 +310,66 @@ impl Containers {
         if !bundle.join("config.json").is_file() {
             return Err(ApiError::invalid(format!("bundle {bundle:?} has no config.json")));
         }
-        if opts.stdin || opts.tty {
-            return Err(ApiError::new(
-                ErrorCode::Unimplemented,
-                "containers with stdin or a terminal are not supported by this shim yet",
-            ));
-        }
         let log_path = Path::new(&opts.log_path);
         if !opts.log_path.is_empty() && !log_path.is_absolute() {
             return Err(ApiError::invalid(format!("log path {log_path:?} is not absolute")));
         }
         self.remove_leftover(id);
 
-        // Output: pipes whose read ends this shim keeps, or /dev/null.
-        let mut log = None;
-        let mut child_out = [None, None];
-        if !opts.log_path.is_empty() {
+        // Output: pipes (or the terminal) whose read ends this shim keeps, or /dev/null.
+        let file = if opts.log_path.is_empty() {
+            None
+        } else {
             let max_line = match opts.max_log_line_bytes as usize {
                 0 => logs::DEFAULT_MAX_LINE,
                 n => n.clamp(logs::MIN_MAX_LINE, logs::MAX_MAX_LINE),
             };
-            let file = LogFile::open(log_path.to_path_buf(), max_line)
-                .map_err(|e| ApiError::internal(format!("opening the log file {log_path:?}: {e}")))?;
+            Some(
+                LogFile::open(log_path.to_path_buf(), max_line)
+                    .map_err(|e| ApiError::internal(format!("opening the log file {log_path:?}: {e}")))?,
+            )
+        };
+        let mut streams = Vec::new();
+        let mut child_out = [None, None];
+        let mut child_in = None;
+        let mut stdin = None;
+        let console = if opts.tty { Some(self.console_socket()?) } else { None };
+        if !opts.tty && (file.is_some() || opts.stdin) {
             let (out_r, out_w) = output_pipe()?;
             let (err_r, err_w) = output_pipe()?;
-            log = Some(ContainerLog {
-                file,
-                streams: [LogStream::new("stdout", out_r), LogStream::new("stderr", err_r)],
-            });
+            streams = vec![LogStream::new("stdout", out_r), LogStream::new("stderr", err_r)];
             child_out = [Some(out_w), Some(err_w)];
         }
+        if opts.stdin && !opts.tty {
+            let (r, w) = stdio::input_pipe().map_err(|e| ApiError::internal(format!("stdin pipe: {e}")))?;
+            child_in = Some(r);
+            stdin = Some(Input::new(w, false));
+        }
         let keep: Vec<RawFd> = std::iter::once(self.log_fd)
-            .chain(child_out.iter().flatten().map(|f| f.as_raw_fd()))
+            .chain(child_out.iter().chain([&child_in]).flatten().map(|f| f.as_raw_fd()))
             .collect();
         let [stdout, stderr] = child_out;
 
         let root = self.root.clone();
         let log_file = self.log_path();
-        // The closure owns the write ends: the shim's copies close when in_helper returns.
+        let console_path = console.as_ref().map(|c| c.path().to_path_buf());
+        let tty = opts.tty;
+        // The closure owns the child's ends: the shim's copies close when in_helper returns.
         let pid = in_helper(&format!("creating container {id}"), &keep, move || {
-            let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
+            check_terminal(bundle, tty)?;
+            let builder = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
                 .with_executor(ShimExecutor::default())
                 .with_root_path(&root)
-                .map_err(|e| ApiError::internal(chain(&e)))?
-                .with_stdin(dev_null()?)
-                .with_stdout(or_dev_null(stdout)?)
-                .with_stderr(or_dev_null(stderr)?)
+                .map_err(|e| ApiError::internal(chain(&e)))?;
+            // With a terminal, libcontainer makes it the process's stdio.
+            let builder = match console_path {
+                Some(path) => builder.with_console_socket(Some(path)),
+                None => builder
+                    .with_stdin(or_dev_null(child_in)?)
+                    .with_stdout(or_dev_null(stdout)?)
+                    .with_stderr(or_dev_null(stderr)?),
+            };
+            let mut container = builder
                 .validate_id()
                 .map_err(|e| ApiError::invalid(chain(&e)))?
                 .as_init(bundle)
@@ -314,12 +396,45 @@ impl Containers {
                 return Err(e);
             }
         };
+        let mut tty_master = None;
+        if let Some(console) = console {
+            let received = console.receive().and_then(|master| {
+                let log_copy = stdio::dup(master.as_fd())?;
+                let stdin_copy = if opts.stdin {
+                    Some(stdio::dup(master.as_fd())?)
+                } else {
+                    None
+                };
+                Ok((master, log_copy, stdin_copy))
+            });
+            match received {
+                Ok((master, log_copy, stdin_copy)) => {
+                    streams = vec![LogStream::new("stdout", log_copy)];
+                    stdin = stdin_copy.map(|fd| Input::new(fd, true));
+                    tty_master = Some(master);
+                }
+                Err(e) => {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    self.wait_for_exit(pid, KILL_WAIT);
+                    self.remove_leftover(id);
+                    return Err(ApiError::internal(format!(
+                        "container {id}: its terminal did not arrive: {e} (details in {:?})",
+                        self.log_path()
+                    )));
+                }
+            }
+        }
+        let log = (!streams.is_empty()).then_some(ContainerLog {
+            file,
+            streams,
+            terminal: opts.tty,
+        });
         // init is in its cgroups already (libcontainer's intermediate process joined them first).
         let oom = oom::counter_path(pid).map(|p| {
             let base = oom::kills(&p).unwrap_or(0);
             (p, base)
         });
-        tracing::info!(id, pid, ?bundle, log = %opts.log_path, oom_counter = ?oom.as_ref().map(|o| &o.0), "container created");
+        tracing::info!(id, pid, ?bundle, log = %opts.log_path, stdin = opts.stdin, tty = opts.tty, oom_counter = ?oom.as_ref().map(|o| &o.0), "container created");
         self.table.insert(
             id.to_owned(),
             Entry {
@@ -329,6 +444,10 @@ impl Containers {
                 started_at_ns: 0,
                 log,
                 oom,
+                stdin,
+                stdin_once: opts.stdin && opts.stdin_once,
+                tty: tty_master,
+                attached: Vec::new(),
             },
         );
         if !opts.create_only {
@@ -382,7 +501,7 @@ impl Containers {
             created_at_ns: e.created_at_ns,
             started_at_ns: e.started_at_ns,
             oom_killed: exit.is_some_and(|r| r.oom_killed),
-            log_bytes_dropped: e.log.as_ref().map_or(0, |l| l.file.dropped),
+            log_bytes_dropped: e.log.as_ref().and_then(|l| l.file.as_ref()).map_or(0, |f| f.dropped),
         })
     }
 
@@ -391,8 +510,8 @@ impl Containers {
         let entry = self.table.get_mut(id).ok_or_else(|| ApiError::not_found(id))?;
         match &mut entry.log {
             Some(log) if log.is_open() => {
-                log.file
-                    .reopen()
+                let Some(file) = &mut log.file else { return Ok(()) };
+                file.reopen()
                     .map_err(|e| ApiError::internal(format!("reopening the log of container {id}: {e}")))?;
                 tracing::debug!(id, "log file reopened");
                 Ok(())
@@ -438,11 +557,8 @@ impl Containers {
         Ok(())
     }
 
-    /// Starts `r.args` in the running container `r.container_id`, for the connection `conn`. The
-    /// answer comes from `take_finished_execs` once the process has exited.
-    pub fn exec(&mut self, conn: u64, r: pb::ExecRequest) -> Result<(), ApiError> {
-        let started = Instant::now();
-        let id = r.container_id.as_str();
+    /// Checks an exec request: the container runs, the command and environment make sense.
+    fn check_exec(&self, id: &str, args: &[String], env: &[String]) -> Result<(), ApiError> {
         let entry = self.table.get(id).ok_or_else(|| ApiError::not_found(id))?;
         if entry.status != Status::Running {
             return Err(ApiError::precondition(format!(
@@ -450,23 +566,33 @@ impl Containers {
                 entry.status.name()
             )));
         }
-        if r.args.is_empty() || r.args[0].is_empty() {
+        if args.is_empty() || args[0].is_empty() {
             return Err(ApiError::invalid("exec needs a command"));
         }
-        if let Some(bad) = r.env.iter().find(|e| !e.contains('=') || e.starts_with('=')) {
+        if let Some(bad) = env.iter().find(|e| !e.contains('=') || e.starts_with('=')) {
             return Err(ApiError::invalid(format!("environment entry {bad:?} is not KEY=VALUE")));
         }
-        let max = match usize::try_from(r.max_output_bytes) {
-            Ok(0) | Err(_) => exec::DEFAULT_MAX_OUTPUT,
-            Ok(n) => n.min(exec::DEFAULT_MAX_OUTPUT),
-        };
-        let deadline = (r.timeout_ms > 0).then(|| started + Duration::from_millis(r.timeout_ms.into()));
+        Ok(())
+    }
+
+    /// Starts `args` in container `id` through a libcontainer helper, with `io`: (serial, pid).
+    fn spawn_exec(
+        &mut self,
+        id: &str,
+        args: Vec<String>,
+        env: Vec<String>,
+        io: ExecIo,
+    ) -> Result<(u64, i32), ApiError> {
         let serial = self.next_exec;
         self.next_exec += 1;
-
-        let (out_r, out_w) = output_pipe()?;
-        let (err_r, err_w) = output_pipe()?;
-        let keep = [self.log_fd, out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let keep: Vec<RawFd> = std::iter::once(self.log_fd)
+            .chain(
+                [&io.stdin, &io.stdout, &io.stderr]
+                    .into_iter()
+                    .flatten()
+                    .map(|f| f.as_raw_fd()),
+            )
+            .collect();
         let root = self.root.clone();
         let process_file = self
             .root
@@ -474,9 +600,8 @@ impl Containers {
             .unwrap_or(Path::new("/"))
             .join(format!("exec-{serial}.json"));
         let log_file = self.log_path();
-        let (args, env) = (r.args, r.env);
         let pid = in_helper(&format!("exec in container {id}"), &keep, move || {
-            let result = exec_in_helper(id, &root, &process_file, args, env, out_w, err_w);
+            let result = exec_in_helper(id, &root, &process_file, args, env, io);
             let _ = fs::remove_file(&process_file);
             result.map_err(|e| {
                 ApiError::new(
@@ -485,6 +610,28 @@ impl Containers {
                 )
             })
         })?;
+        Ok((serial, pid))
+    }
+
+    /// Starts `r.args` in the running container `r.container_id`, for the connection `conn`. The
+    /// answer comes from `take_finished_execs` once the process has exited.
+    pub fn exec(&mut self, conn: u64, r: pb::ExecRequest) -> Result<(), ApiError> {
+        let started = Instant::now();
+        let id = r.container_id.as_str();
+        self.check_exec(id, &r.args, &r.env)?;
+        let max = match usize::try_from(r.max_output_bytes) {
+            Ok(0) | Err(_) => exec::DEFAULT_MAX_OUTPUT,
+            Ok(n) => n.min(exec::DEFAULT_MAX_OUTPUT),
+        };
+        let deadline = (r.timeout_ms > 0).then(|| started + Duration::from_millis(r.timeout_ms.into()));
+        let (out_r, out_w) = output_pipe()?;
+        let (err_r, err_w) = output_pipe()?;
+        let io = ExecIo {
+            stdout: Some(out_w),
+            stderr: Some(err_w),
+            ..ExecIo::default()
+        };
+        let (serial, pid) = self.spawn_exec(id, r.args, r.env, io)?;
         tracing::info!(id, pid, serial, setup = ?started.elapsed(), "exec started");
         self.execs.push(Exec::new(
             serial,
@@ -497,34 +644,278 @@ impl Containers {
         Ok(())
     }
 
-    /// Descriptors to poll for output (containers' logs, execs).
-    pub fn poll_sources(&self) -> Vec<(Source, BorrowedFd<'_>)> {
+    /// Starts `r.args` in the running container `r.container_id` with its stdio a session on
+    /// the connection `conn`; the process's pid. Output and the exit come as frames for `conn`.
+    pub fn exec_stream(&mut self, conn: u64, r: pb::ExecStreamRequest) -> Result<u32, ApiError> {
+        let started = Instant::now();
+        let id = r.container_id.as_str();
+        self.check_exec(id, &r.args, &r.env)?;
+        let winsize = if r.tty { stdio::winsize(r.width, r.height) } else { None };
+        let mut io = ExecIo {
+            winsize,
+            ..ExecIo::default()
+        };
+        let mut out = [None, None];
+        let mut stdin = None;
+        let console = if r.tty {
+            let console = self.console_socket()?;
+            io.console = Some(console.path().to_path_buf());
+            Some(console)
+        } else {
+            let (out_r, out_w) = output_pipe()?;
+            let (err_r, err_w) = output_pipe()?;
+            out = [Some(out_r), Some(err_r)];
+            (io.stdout, io.stderr) = (Some(out_w), Some(err_w));
+            if r.stdin {
+                let (r, w) = stdio::input_pipe().map_err(|e| ApiError::internal(format!("stdin pipe: {e}")))?;
+                io.stdin = Some(r);
+                stdin = Some(Input::new(w, false));
+            }
+            None
+        };
+        let (serial, pid) = self.spawn_exec(id, r.args, r.env, io)?;
+        let mut master = None;
+        if let Some(console) = console {
+            let received = console.receive().and_then(|m| {
+                let out_copy = stdio::dup(m.as_fd())?;
+                let stdin_copy = if r.stdin { Some(stdio::dup(m.as_fd())?) } else { None };
+                Ok((m, out_copy, stdin_copy))
+            });
+            match received {
+                Ok((m, out_copy, stdin_copy)) => {
+                    // The process set the size itself before it exec'd (see ShimExecutor); this
+                    // only repeats it.
+                    if let Some(ws) = winsize {
+                        let _ = stdio::set_winsize(m.as_raw_fd(), ws);
+                    }
+                    out[0] = Some(out_copy);
+                    stdin = stdin_copy.map(|fd| Input::new(fd, true));
+                    master = Some(m);
+                }
+                Err(e) => {
+                    // Reaped by the event loop as an unknown child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return Err(ApiError::internal(format!(
+                        "exec in container {id}: its terminal did not arrive: {e} (details in {:?})",
+                        self.log_path()
+                    )));
+                }
+            }
+        }
+        tracing::info!(id, pid, serial, tty = r.tty, stdin = r.stdin, setup = ?started.elapsed(), "exec session started");
+        self.streams
+            .push(StreamExec::new(serial, conn, id.to_owned(), pid, out, stdin, master));
+        Ok(pid as u32)
+    }
+
+    /// Attaches the connection `conn` to container `r.container_id`'s stdio: from now on its
+    /// output is copied to `conn` as frames, and input from `conn` goes to its stdin.
+    pub fn attach(&mut self, conn: u64, r: pb::AttachRequest) -> Result<pb::AttachResponse, ApiError> {
+        let id = r.container_id.as_str();
+        let entry = self.table.get_mut(id).ok_or_else(|| ApiError::not_found(id))?;
+        if let Status::Stopped(_) = entry.status {
+            return Err(ApiError::precondition(format!(
+                "container {id} is stopped, there is nothing to attach to"
+            )));
+        }
+        if r.stdin {
+            match &entry.stdin {
+                None => {
+                    return Err(ApiError::precondition(format!(
+                        "container {id} was created without stdin, attach cannot write to it"
+                    )))
+                }
+                Some(input) if !input.is_open() => {
+                    return Err(ApiError::precondition(format!(
+                        "the stdin of container {id} is closed{}",
+                        if entry.stdin_once {
+                            " (stdin_once: an earlier attach ended its input)"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        entry.attached.push(Attachment {
+            conn,
+            stdin: r.stdin,
+            stdout: r.stdout,
+            stderr: r.stderr,
+        });
+        tracing::info!(
+            id,
+            conn,
+            stdin = r.stdin,
+            stdout = r.stdout,
+            stderr = r.stderr,
+            "attached"
+        );
+        Ok(pb::AttachResponse {
+            tty: entry.tty.is_some(),
+        })
+    }
+
+    /// Input from the session on `conn`: stdin data, its end, or a terminal size.
+    pub fn session_input(&mut self, conn: u64, input: session_input::Kind) {
+        if let Some(x) = self.streams.iter_mut().find(|x| x.conn == Some(conn)) {
+            match input {
+                session_input::Kind::Stdin(data) => {
+                    if let Some(i) = &mut x.stdin {
+                        i.push(&data);
+                    }
+                }
+                session_input::Kind::CloseStdin(_) => {
+                    if let Some(i) = &mut x.stdin {
+                        i.close();
+                    }
+                }
+                session_input::Kind::Resize(r) => x.resize(r.width, r.height),
+            }
+            return;
+        }
+        let Some((id, entry)) = self
+            .table
+            .iter_mut()
+            .find(|(_, e)| e.attached.iter().any(|a| a.conn == conn))
+        else {
+            return;
+        };
+        let Some(a) = entry.attached.iter_mut().find(|a| a.conn == conn) else {
+            return;
+        };
+        match input {
+            session_input::Kind::Stdin(data) => {
+                if a.stdin {
+                    if let Some(i) = &mut entry.stdin {
+                        i.push(&data);
+                    }
+                }
+            }
+            session_input::Kind::CloseStdin(_) => {
+                if a.stdin {
+                    a.stdin = false;
+                    end_attach_input(id, entry);
+                }
+            }
+            session_input::Kind::Resize(r) => {
+                if let (Some(master), Some(ws)) = (&entry.tty, stdio::winsize(r.width, r.height)) {
+                    if let Err(e) = stdio::set_winsize(master.as_raw_fd(), ws) {
+                        tracing::debug!(id, error = %e, "resizing a container's terminal");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the session on `conn` may send more input now: false while its stdin has more
+    /// queued than the process has taken (the session is then not read; nothing is dropped).
+    pub fn session_input_room(&self, conn: u64) -> bool {
+        if let Some(x) = self.streams.iter().find(|x| x.conn == Some(conn)) {
+            return x.stdin.as_ref().is_none_or(|i| i.has_room());
+        }
+        for entry in self.table.values() {
+            if entry.attached.iter().any(|a| a.conn == conn && a.stdin) {
+                return entry.stdin.as_ref().is_none_or(|i| i.has_room());
+            }
+        }
+        true
+    }
+
+    /// The session on `conn` went away: an exec's process is killed, an attach detaches (its
+    /// input ends, which closes stdin with stdin_once).
+    pub fn session_closed(&mut self, conn: u64) {
+        if let Some(x) = self.streams.iter_mut().find(|x| x.conn == Some(conn)) {
+            if !x.exited() {
+                tracing::info!(container = %x.container, pid = x.pid, "exec session closed by the client, killing its process");
+            }
+            x.abandon();
+            return;
+        }
+        for (id, entry) in self.table.iter_mut() {
+            if let Some(pos) = entry.attached.iter().position(|a| a.conn == conn) {
+                let a = entry.attached.remove(pos);
+                tracing::info!(id, conn, "detached");
+                if a.stdin {
+                    end_attach_input(id, entry);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Frames for sessions since the last call.
+    pub fn take_session_output(&mut self) -> Outbox {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Hands the exits of finished ExecStream processes to their sessions (after their output).
+    pub fn finish_streams(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.streams.len() {
+            if self.streams[i].is_done(now) {
+                self.streams.swap_remove(i).finish(&mut self.outbox);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Descriptors to poll (containers' output and stdin, execs) and the events wanted. `room`:
+    /// how much more a session's connection takes now (ExecStream output is read only that far).
+    pub fn poll_sources(&self, room: &dyn Fn(u64) -> usize) -> Vec<(Source, BorrowedFd<'_>, i16)> {
         let mut out = Vec::new();
         for (id, e) in &self.table {
             if let Some(log) = &e.log {
                 for (i, s) in log.streams.iter().enumerate() {
                     if let Some(fd) = s.fd() {
-                        out.push((Source::Log(id.clone(), i), fd));
+                        out.push((Source::Log(id.clone(), i), fd, libc::POLLIN));
                     }
                 }
+            }
+            if let Some(fd) = e.stdin.as_ref().and_then(|i| i.pending_fd()) {
+                out.push((Source::Stdin(id.clone()), fd, libc::POLLOUT));
             }
         }
         for x in &self.execs {
             for (i, c) in x.out.iter().enumerate() {
                 if let Some(fd) = c.fd() {
-                    out.push((Source::Exec(x.serial, i), fd));
+                    out.push((Source::Exec(x.serial, i), fd, libc::POLLIN));
                 }
+            }
+        }
+        for x in &self.streams {
+            if x.conn.is_none_or(|c| room(c) > 0) {
+                for (i, fd) in x.out_fds() {
+                    out.push((Source::Stream(x.serial, i), fd, libc::POLLIN));
+                }
+            }
+            if let Some(fd) = x.stdin.as_ref().and_then(|i| i.pending_fd()) {
+                out.push((Source::StreamStdin(x.serial), fd, libc::POLLOUT));
             }
         }
         out
     }
 
-    /// A polled descriptor is readable (or hung up).
-    pub fn on_readable(&mut self, source: &Source) {
+    /// A polled descriptor is ready (`revents`).
+    pub fn on_ready(&mut self, source: &Source, revents: i16, room: &dyn Fn(u64) -> usize) {
+        // For a stdin: its reader is gone (a pipe's read end closed, a terminal's slave closed).
+        let gone = revents & (libc::POLLHUP | libc::POLLERR) != 0;
         match source {
             Source::Log(id, i) => {
-                if let Some(log) = self.table.get_mut(id).and_then(|e| e.log.as_mut()) {
-                    log.drain(*i, id, false);
+                let Containers { table, outbox, .. } = self;
+                if let Some(Entry {
+                    log: Some(log),
+                    attached,
+                    ..
+                }) = table.get_mut(id)
+                {
+                    let tty = log.terminal;
+                    log.drain(*i, id, false, &mut |s, chunk| {
+                        copy_to_sessions(attached, tty, s, chunk, outbox)
+                    });
                 }
             }
             Source::Exec(serial, i) => {
@@ -532,12 +923,45 @@ impl Containers {
                     x.out[*i].drain(false);
                 }
             }
+            Source::Stream(serial, i) => {
+                if let Some(x) = self.streams.iter_mut().find(|x| x.serial == *serial) {
+                    let room = x.conn.map_or(usize::MAX, room);
+                    x.read(*i, room, &mut self.outbox);
+                }
+            }
+            Source::Stdin(id) => {
+                if let Some(input) = self.table.get_mut(id).and_then(|e| e.stdin.as_mut()) {
+                    if gone {
+                        input.hang_up();
+                    } else {
+                        input.flush();
+                    }
+                }
+            }
+            Source::StreamStdin(serial) => {
+                if let Some(input) = self
+                    .streams
+                    .iter_mut()
+                    .find(|x| x.serial == *serial)
+                    .and_then(|x| x.stdin.as_mut())
+                {
+                    if gone {
+                        input.hang_up();
+                    } else {
+                        input.flush();
+                    }
+                }
+            }
         }
     }
 
     /// The earliest time an exec needs attention (a timeout, the end of waiting for its output).
     pub fn next_wake(&self) -> Option<Instant> {
-        self.execs.iter().filter_map(|x| x.wake_at()).min()
+        self.execs
+            .iter()
+            .filter_map(|x| x.wake_at())
+            .chain(self.streams.iter().filter_map(|x| x.wake_at()))
+            .min()
     }
 
     /// Kills timed-out execs and hands out the answers of finished ones: (connection, answer);
@@ -752,16 +1176,29 @@ impl Containers {
             if let Some(x) = self.execs.iter_mut().find(|x| x.pid == pid && !x.exited()) {
                 tracing::debug!(pid, exit_code, container = %x.container, "exec'd process exited");
                 x.on_exit(exit_code);
+            } else if let Some(x) = self.streams.iter_mut().find(|x| x.pid == pid && !x.exited()) {
+                tracing::debug!(pid, exit_code, container = %x.container, "exec session's process exited");
+                x.on_exit(exit_code);
             } else {
                 tracing::debug!(pid, exit_code, "reaped a process that is no container's init");
             }
             return;
         };
         let finished_at_ns = now_ns();
-        // Everything it wrote is in the log before its exit is reported.
+        // Everything it wrote is in the log (and on its way to attached sessions) before its exit
+        // is reported.
         if let Some(log) = &mut entry.log {
-            log.drain_all(id);
+            let tty = log.terminal;
+            let (attached, outbox) = (&entry.attached, &mut self.outbox);
+            log.drain_all(id, &mut |s, chunk| copy_to_sessions(attached, tty, s, chunk, outbox));
         }
+        // Sessions end with the exit; nobody writes to its stdin or resizes its terminal again.
+        for a in entry.attached.drain(..) {
+            self.outbox
+                .push((a.conn, session_output::Kind::Exit(pb::SessionExit { exit_code })));
+        }
+        entry.stdin = None;
+        entry.tty = None;
         // The kernel's OOM killer sends SIGKILL; the cgroup is still there (removed at delete).
         let oom_killed = exit_code == 128 + libc::SIGKILL
             && entry
@@ -800,6 +1237,20 @@ impl Containers {
     }
 }
 
+/// An attach session that fed stdin ended its input: with stdin_once, that closes stdin.
+fn end_attach_input(id: &str, entry: &mut Entry) {
+    if !entry.stdin_once {
+        return;
+    }
+    if let Some(input) = entry.stdin.as_mut().filter(|i| i.is_open()) {
+        tracing::info!(
+            id,
+            "stdin_once: an attach ended its input, closing the container's stdin"
+        );
+        input.close();
+    }
+}
+
 /// What a helper sends back: the result, JSON, in one write to a pipe.
 #[derive(Serialize, Deserialize)]
 enum HelperAnswer<T> {
@@ -807,16 +1258,27 @@ enum HelperAnswer<T> {
     Err { code: i32, message: String },
 }
 
+/// An exec'd process's stdio: descriptors for its stdin, stdout and stderr (/dev/null when None),
+/// or a terminal (its master sent over the console socket at `console`).
+#[derive(Default)]
+struct ExecIo {
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    console: Option<PathBuf>,
+    /// The terminal's initial size (columns, rows).
+    winsize: Option<(u16, u16)>,
+}
+
 /// The helper's part of an exec: the container's process (from its bundle) with other args and
-/// env, written to `process_file` for libcontainer's tenant builder, run with the given output.
+/// env, written to `process_file` for libcontainer's tenant builder, run with `io`.
 fn exec_in_helper(
     id: &str,
     root: &Path,
     process_file: &Path,
     args: Vec<String>,
     env: Vec<String>,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
+    io: ExecIo,
 ) -> Result<i32, ApiError> {
     let container = Container::load(root.join(id)).map_err(|e| ApiError::internal(chain(&e)))?;
     let spec = Spec::load(container.bundle().join("config.json")).map_err(|e| ApiError::internal(chain(&e)))?;
@@ -838,7 +1300,7 @@ fn exec_in_helper(
     process
         .set_args(Some(args))
         .set_env(Some(merged))
-        .set_terminal(Some(false))
+        .set_terminal(Some(io.console.is_some()))
         .set_console_size(None);
     let exec_seccomp = spec
         .linux()
@@ -854,19 +1316,53 @@ fn exec_in_helper(
         .open(process_file)
         .and_then(|mut f| f.write_all(&body))
         .map_err(|e| ApiError::internal(format!("writing {process_file:?}: {e}")))?;
-    let pid = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
-        .with_executor(ShimExecutor { exec_seccomp })
+    let builder = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
+        .with_executor(ShimExecutor {
+            exec_seccomp,
+            winsize: io.winsize,
+        })
         .with_root_path(root)
-        .map_err(|e| ApiError::internal(chain(&e)))?
-        .with_stdin(dev_null()?)
-        .with_stdout(stdout)
-        .with_stderr(stderr)
+        .map_err(|e| ApiError::internal(chain(&e)))?;
+    let tty = io.console.is_some();
+    let builder = match io.console {
+        Some(path) => builder.with_console_socket(Some(path)),
+        None => builder
+            .with_stdin(or_dev_null(io.stdin)?)
+            .with_stdout(or_dev_null(io.stdout)?)
+            .with_stderr(or_dev_null(io.stderr)?),
+    };
+    let result = builder
         .as_tenant()
         .with_process(Some(process_file))
         .with_detach(true)
         .build()
-        .map_err(|e| ApiError::internal(chain(&e)))?;
-    Ok(pid.as_raw())
+        .map_err(|e| ApiError::internal(chain(&e)));
+    if tty {
+        // libcontainer links the console socket into the container's directory for each exec
+        // and leaves the link there.
+        if let Ok(dir) = fs::read_dir(root.join(id)) {
+            for e in dir.flatten() {
+                if e.file_name().to_string_lossy().starts_with("tenant-tty-") {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    Ok(result?.as_raw())
+}
+
+/// The bundle's process.terminal must say what the request says: libcontainer decides by it
+/// whether the process gets a terminal (sent over the console socket) or the given stdio.
+fn check_terminal(bundle: &Path, tty: bool) -> Result<(), ApiError> {
+    let spec = Spec::load(bundle.join("config.json"))
+        .map_err(|e| ApiError::invalid(format!("bundle {bundle:?}: {}", chain(&e))))?;
+    let terminal = spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
+    if terminal != tty {
+        return Err(ApiError::invalid(format!(
+            "bundle {bundle:?} has process.terminal {terminal} but the request asks for tty {tty}: they must agree"
+        )));
+    }
+    Ok(())
 }
 
 /// The helper's part of UpdateResources: the container's cgroup manager, as libcontainer made it
@@ -1040,6 +1536,9 @@ fn read_available(rx: OwnedFd) -> std::io::Result<Vec<u8>> {
 struct ShimExecutor {
     /// For exec'd processes: the container's filter, which libcontainer's tenant builder leaves out.
     exec_seccomp: Option<ExecSeccomp>,
+    /// For exec'd processes on a terminal: its initial size (libcontainer 0.7 ignores the OCI
+    /// consoleSize), set here so that the process sees it from its first instruction.
+    winsize: Option<(u16, u16)>,
 }
 
 /// The container's seccomp filter for an exec'd process, loaded by the executor as the last step
@@ -1100,6 +1599,12 @@ impl Executor for ShimExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
         reset_signals();
         writable_null_stdio();
+        if let Some(ws) = self.winsize {
+            // fd 0 is the terminal's slave (libcontainer's console setup made it so).
+            if let Err(e) = stdio::set_winsize(0, ws) {
+                tracing::warn!(error = %e, "setting the exec's terminal size");
+            }
+        }
         if let Some(seccomp) = &self.exec_seccomp {
             seccomp.load()?;
         }
@@ -1254,6 +1759,10 @@ mod tests {
             started_at_ns: 0,
             log: None,
             oom: None,
+            stdin: None,
+            stdin_once: false,
+            tty: None,
+            attached: Vec::new(),
         };
         let exit = ExitRecord {
             exit_code: 0,
@@ -1268,6 +1777,129 @@ mod tests {
             let e = c.update_resources("live", bad).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}: {}", e.message);
         }
+    }
+
+    /// A running entry whose stdin and stdout are pipes this test holds the other ends of.
+    fn piped_entry(stdin_once: bool) -> (Entry, File, File) {
+        let (in_r, in_w) = stdio::input_pipe().unwrap();
+        stdio::set_nonblocking(in_r.as_fd()).unwrap();
+        let (out_r, out_w) = output_pipe().unwrap();
+        let (err_r, _) = output_pipe().unwrap();
+        let entry = Entry {
+            pid: i32::MAX,
+            status: Status::Running,
+            created_at_ns: 0,
+            started_at_ns: 0,
+            log: Some(ContainerLog {
+                file: None,
+                streams: vec![LogStream::new("stdout", out_r), LogStream::new("stderr", err_r)],
+                terminal: false,
+            }),
+            oom: None,
+            stdin: Some(Input::new(in_w, false)),
+            stdin_once,
+            tty: None,
+            attached: Vec::new(),
+        };
+        (entry, File::from(in_r), File::from(out_w))
+    }
+
+    fn read_now(f: &mut File) -> std::io::Result<Vec<u8>> {
+        let mut buf = [0u8; 1024];
+        let n = f.read(&mut buf)?;
+        Ok(buf[..n].to_vec())
+    }
+
+    #[test]
+    fn attach_sessions_share_output_and_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        let exits = dir.path().join("exits");
+        std::fs::create_dir(&exits).unwrap();
+        let mut c = Containers::new(dir.path().join("containers"), exits, -1);
+        let (entry, mut stdin, mut stdout) = piped_entry(true);
+        c.table.insert("c".into(), entry);
+        let attach = |stdin, stdout, stderr| pb::AttachRequest {
+            container_id: "c".into(),
+            stdin,
+            stdout,
+            stderr,
+        };
+        assert!(!c.attach(1, attach(true, true, false)).unwrap().tty);
+        c.attach(2, attach(false, false, true)).unwrap();
+        c.attach(3, attach(true, true, true)).unwrap();
+
+        // Output goes to the sessions that want it, as it is read.
+        stdout.write_all(b"hello").unwrap();
+        c.on_ready(&Source::Log("c".into(), 0), libc::POLLIN, &|_| usize::MAX);
+        let frames = c.take_session_output();
+        let hello = session_output::Kind::Stdout(b"hello".to_vec());
+        assert_eq!(frames, vec![(1, hello.clone()), (3, hello)]);
+
+        // Input from any session with stdin; none from one without.
+        c.session_input(2, session_input::Kind::Stdin(b"ignored".to_vec()));
+        c.session_input(1, session_input::Kind::Stdin(b"a".to_vec()));
+        c.session_input(3, session_input::Kind::Stdin(b"b".to_vec()));
+        assert_eq!(read_now(&mut stdin).unwrap(), b"ab");
+        assert!(c.session_input_room(1));
+        // Resizing without a terminal does nothing.
+        c.session_input(1, session_input::Kind::Resize(pb::Resize { width: 1, height: 1 }));
+
+        // stdin_once: the first session to end its input closes stdin (EOF), for good.
+        c.session_closed(1);
+        assert_eq!(read_now(&mut stdin).unwrap(), b"");
+        c.session_input(3, session_input::Kind::Stdin(b"late".to_vec()));
+        let e = c.attach(4, attach(true, true, true)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::FailedPrecondition);
+        assert!(e.message.contains("stdin_once"), "{}", e.message);
+
+        // The exit ends the remaining sessions, after the output.
+        stdout.write_all(b"bye").unwrap();
+        c.on_exit(i32::MAX, 3);
+        let frames = c.take_session_output();
+        let exit = session_output::Kind::Exit(pb::SessionExit { exit_code: 3 });
+        assert_eq!(
+            frames,
+            vec![
+                (3, session_output::Kind::Stdout(b"bye".to_vec())),
+                (2, exit.clone()),
+                (3, exit)
+            ]
+        );
+        let e = c.attach(5, attach(false, true, true)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::FailedPrecondition);
+    }
+
+    #[test]
+    fn attach_without_stdin_once_keeps_stdin_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Containers::new(dir.path().join("containers"), dir.path().join("exits"), -1);
+        let (entry, mut stdin, _stdout) = piped_entry(false);
+        c.table.insert("c".into(), entry);
+        let with_stdin = pb::AttachRequest {
+            container_id: "c".into(),
+            stdin: true,
+            ..Default::default()
+        };
+        c.attach(1, with_stdin.clone()).unwrap();
+        c.session_input(1, session_input::Kind::CloseStdin(pb::CloseStdin {}));
+        c.session_closed(1);
+        c.attach(2, with_stdin).unwrap();
+        c.session_input(2, session_input::Kind::Stdin(b"still open".to_vec()));
+        assert_eq!(read_now(&mut stdin).unwrap(), b"still open");
+        // A container created without stdin takes none.
+        c.table.get_mut("c").unwrap().stdin = None;
+        let e = c
+            .attach(
+                3,
+                pb::AttachRequest {
+                    container_id: "c".into(),
+                    stdin: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::FailedPrecondition);
+        assert!(e.message.contains("without stdin"), "{}", e.message);
     }
 
     #[test]
@@ -1288,32 +1920,42 @@ mod tests {
         assert!(e.message.contains("config.json"), "{}", e.message);
         std::fs::write(dir.path().join("config.json"), "{}").unwrap();
         let bundle = dir.path().to_str().unwrap();
-        for (opts, code) in [
-            (
-                CreateOptions {
-                    stdin: true,
-                    ..none.clone()
-                },
-                ErrorCode::Unimplemented,
-            ),
-            (
-                CreateOptions {
-                    tty: true,
-                    ..none.clone()
-                },
-                ErrorCode::Unimplemented,
-            ),
-            (
-                CreateOptions {
+        let e = c
+            .create(
+                "a",
+                bundle,
+                &CreateOptions {
                     log_path: "rel/0.log".into(),
                     ..none.clone()
                 },
-                ErrorCode::InvalidArgument,
-            ),
-        ] {
-            assert_eq!(c.create("a", bundle, &opts).unwrap_err().code, code, "{opts:?}");
-        }
+            )
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{}", e.message);
+        // A terminal must be what the bundle's process.terminal says (checked in the helper,
+        // before libcontainer runs).
+        let tty = CreateOptions {
+            tty: true,
+            ..none.clone()
+        };
+        let e = c.create("a", bundle, &tty).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{}", e.message);
+        assert!(e.message.contains("process.terminal false"), "{}", e.message);
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ociVersion": "1.2.0", "process": {"terminal": true, "cwd": "/", "user": {"uid": 0, "gid": 0}}}"#,
+        )
+        .unwrap();
+        let e = c.create("a", bundle, &none).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{}", e.message);
+        assert!(e.message.contains("process.terminal true"), "{}", e.message);
         assert_eq!(c.len(), 0);
+        // The console socket is gone with the failed create.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".sock"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         assert_eq!(c.reopen_log("a").unwrap_err().code, ErrorCode::NotFound);
         let exec = pb::ExecRequest {
             container_id: "a".into(),
@@ -1322,5 +1964,18 @@ mod tests {
         };
         assert_eq!(c.exec(1, exec).unwrap_err().code, ErrorCode::NotFound);
         assert_eq!(c.pending_execs(), 0);
+        let stream = pb::ExecStreamRequest {
+            container_id: "a".into(),
+            args: vec!["sh".into()],
+            tty: true,
+            ..Default::default()
+        };
+        assert_eq!(c.exec_stream(1, stream).unwrap_err().code, ErrorCode::NotFound);
+        let attach = pb::AttachRequest {
+            container_id: "a".into(),
+            stdout: true,
+            ..Default::default()
+        };
+        assert_eq!(c.attach(1, attach).unwrap_err().code, ErrorCode::NotFound);
     }
 }

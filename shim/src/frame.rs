@@ -17,11 +17,17 @@ pub enum FrameError {
 
 /// Encodes `msg` as one frame.
 pub fn encode<M: Message>(msg: &M) -> Vec<u8> {
-    let len = msg.encoded_len();
-    let mut out = Vec::with_capacity(4 + len);
-    out.extend_from_slice(&(len as u32).to_be_bytes());
-    msg.encode(&mut out).expect("a Vec grows as needed");
+    let mut out = Vec::with_capacity(4 + msg.encoded_len());
+    encode_to(msg, &mut out);
     out
+}
+
+/// Appends `msg` as one frame to `out`.
+pub fn encode_to<M: Message>(msg: &M, out: &mut Vec<u8>) {
+    let len = msg.encoded_len();
+    out.reserve(4 + len);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    msg.encode(out).expect("a Vec grows as needed");
 }
 
 /// Accumulates bytes read from a connection and splits them into frames.
@@ -38,6 +44,14 @@ impl FrameReader {
     /// True while a frame has started but is not complete (EOF now would cut a message).
     pub fn is_partial(&self) -> bool {
         !self.buf.is_empty()
+    }
+
+    /// True when a complete frame (or an oversized length) is waiting to be taken.
+    pub fn has_frame(&self) -> bool {
+        self.buf.len() >= 4 && {
+            let len = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;
+            len > MAX_FRAME || self.buf.len() >= 4 + len
+        }
     }
 
     /// The next complete frame's payload, if one has arrived.
@@ -126,10 +140,37 @@ mod tests {
         let f = encode(&kill("abc"));
         let mut r = FrameReader::default();
         r.push(&f[..f.len() - 1]);
+        assert!(!r.has_frame());
         assert_eq!(r.next_frame().unwrap(), None);
         assert!(r.is_partial());
         r.push(&f[f.len() - 1..]);
+        assert!(r.has_frame());
         assert!(r.next_frame().unwrap().is_some());
+        assert!(!r.has_frame());
+    }
+
+    #[test]
+    fn session_frames_round_trip() {
+        let mut wire = Vec::new();
+        let outputs = [
+            pb::session_output::Kind::Stdout(b"out".to_vec()),
+            pb::session_output::Kind::Stderr(vec![0; 70_000]),
+            pb::session_output::Kind::Exit(pb::SessionExit { exit_code: 3 }),
+        ];
+        for k in &outputs {
+            encode_to(&pb::SessionOutput { kind: Some(k.clone()) }, &mut wire);
+        }
+        let mut r = FrameReader::default();
+        r.push(&wire);
+        for k in outputs {
+            assert_eq!(r.next_message::<pb::SessionOutput>().unwrap().unwrap().kind, Some(k));
+        }
+        assert!(!r.is_partial());
+        let input = pb::SessionInput {
+            kind: Some(pb::session_input::Kind::Resize(pb::Resize { width: 80, height: 24 })),
+        };
+        r.push(&encode(&input));
+        assert_eq!(r.next_message::<pb::SessionInput>().unwrap(), Some(input));
     }
 
     #[test]

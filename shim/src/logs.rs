@@ -1,6 +1,7 @@
-//! Container logs, written by the shim itself: the container's stdout and stderr are pipes whose
-//! read ends the event loop drains (so the container never waits for anybody but the shim's own
-//! loop), and every line goes to the CRI log file:
+//! Container logs, written by the shim itself: the container's stdout and stderr are pipes (or one
+//! terminal master) whose read ends the event loop drains (so the container never waits for
+//! anybody but the shim's own loop), and every line goes to the CRI log file (what is read is also
+//! handed to the attached sessions, see `LogStream::drain`):
 //!
 //! ```text
 //! 2026-11-21T16:12:44.123456789Z stdout F a whole line, without its newline
@@ -199,7 +200,8 @@ impl LogFile {
     }
 }
 
-/// The read end of a container's stdout or stderr pipe, with the tail of an unfinished line.
+/// The read end of a container's stdout or stderr pipe (or its terminal's master), with the tail
+/// of an unfinished line.
 pub struct LogStream {
     pub name: &'static str,
     fd: Option<OwnedFd>,
@@ -224,10 +226,11 @@ impl LogStream {
         self.fd.is_some()
     }
 
-    /// Reads what the pipe holds (a few reads) and writes the entries. `all`: until the pipe is
-    /// empty (the container has exited: everything it wrote must be in the log before its exit is
-    /// reported), still bounded. At EOF the tail is flushed and the pipe closed.
-    pub fn drain(&mut self, log: &mut LogFile, container: &str, all: bool) {
+    /// Reads what the pipe holds (a few reads), hands each chunk to `copy` and writes the entries
+    /// to `log` (if any). `all`: until the pipe is empty (the container has exited: everything it
+    /// wrote must be in the log before its exit is reported), still bounded. At EOF the tail is
+    /// flushed and the pipe closed.
+    pub fn drain(&mut self, mut log: Option<&mut LogFile>, container: &str, all: bool, copy: &mut dyn FnMut(&[u8])) {
         let Some(fd) = self.fd.take() else { return };
         let mut pipe = File::from(fd);
         let mut buf = vec![0u8; READ_CHUNK];
@@ -241,18 +244,21 @@ impl LogStream {
                     break;
                 }
                 Ok(n) => {
-                    let ts = timestamp(SystemTime::now());
-                    format_entries(
-                        &ts,
-                        self.name,
-                        &mut self.pending,
-                        &buf[..n],
-                        log.max_line,
-                        false,
-                        &mut out,
-                    );
-                    log.write(&out, container);
-                    out.clear();
+                    copy(&buf[..n]);
+                    if let Some(log) = log.as_deref_mut() {
+                        let ts = timestamp(SystemTime::now());
+                        format_entries(
+                            &ts,
+                            self.name,
+                            &mut self.pending,
+                            &buf[..n],
+                            log.max_line,
+                            false,
+                            &mut out,
+                        );
+                        log.write(&out, container);
+                        out.clear();
+                    }
                     reads += 1;
                     if reads >= if all { READS_WHEN_ALL } else { READS_PER_WAKE } {
                         break;
@@ -260,6 +266,11 @@ impl LogStream {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                // A terminal master once every slave descriptor is closed: the end.
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                    eof = true;
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!(container, stream = self.name, error = %e, "reading container output");
                     eof = true;
@@ -275,21 +286,27 @@ impl LogStream {
     }
 
     /// Writes an unfinished line as P and closes the pipe.
-    pub fn flush(&mut self, log: &mut LogFile, container: &str) {
+    pub fn flush(&mut self, log: Option<&mut LogFile>, container: &str) {
         self.fd = None;
-        if !self.pending.is_empty() {
-            let mut out = Vec::new();
-            let ts = timestamp(SystemTime::now());
-            format_entries(&ts, self.name, &mut self.pending, &[], log.max_line, true, &mut out);
-            log.write(&out, container);
+        match log {
+            Some(log) if !self.pending.is_empty() => {
+                let mut out = Vec::new();
+                let ts = timestamp(SystemTime::now());
+                format_entries(&ts, self.name, &mut self.pending, &[], log.max_line, true, &mut out);
+                log.write(&out, container);
+            }
+            _ => self.pending = Vec::new(),
         }
     }
 }
 
-/// A container's log file and its two streams.
+/// A container's output: its log file (if it has one) and its streams: stdout and stderr, or
+/// only stdout (the terminal) for a container with a tty.
 pub struct ContainerLog {
-    pub file: LogFile,
-    pub streams: [LogStream; 2],
+    pub file: Option<LogFile>,
+    pub streams: Vec<LogStream>,
+    /// The one stream is a terminal (stdout and stderr in one).
+    pub terminal: bool,
 }
 
 impl ContainerLog {
@@ -297,13 +314,16 @@ impl ContainerLog {
         self.streams.iter().any(|s| s.is_open())
     }
 
-    pub fn drain(&mut self, stream: usize, container: &str, all: bool) {
-        self.streams[stream].drain(&mut self.file, container, all);
+    /// Reads stream `stream`; `copy` gets (stream, chunk) for the attached sessions.
+    pub fn drain(&mut self, stream: usize, container: &str, all: bool, copy: &mut dyn FnMut(usize, &[u8])) {
+        if let Some(s) = self.streams.get_mut(stream) {
+            s.drain(self.file.as_mut(), container, all, &mut |chunk| copy(stream, chunk));
+        }
     }
 
-    pub fn drain_all(&mut self, container: &str) {
-        for s in &mut self.streams {
-            s.drain(&mut self.file, container, true);
+    pub fn drain_all(&mut self, container: &str, copy: &mut dyn FnMut(usize, &[u8])) {
+        for (i, s) in self.streams.iter_mut().enumerate() {
+            s.drain(self.file.as_mut(), container, true, &mut |chunk| copy(i, chunk));
         }
     }
 
@@ -311,8 +331,8 @@ impl ContainerLog {
     /// being deleted).
     pub fn close(&mut self, container: &str) {
         for s in &mut self.streams {
-            s.drain(&mut self.file, container, true);
-            s.flush(&mut self.file, container);
+            s.drain(self.file.as_mut(), container, true, &mut |_| {});
+            s.flush(self.file.as_mut(), container);
         }
     }
 }
@@ -416,13 +436,15 @@ mod tests {
         let mut s = LogStream::new("stderr", r);
         let mut w = File::from(w);
         w.write_all(b"err\nno newline").unwrap();
-        s.drain(&mut log, "c", false);
+        let mut copied = Vec::new();
+        s.drain(Some(&mut log), "c", false, &mut |c| copied.extend_from_slice(c));
+        assert_eq!(copied, b"err\nno newline");
         assert!(s.is_open());
         drop(w);
         // Another test's fork may hold a copy of the write end until that child execs: EOF
         // can come a moment later.
         for _ in 0..200 {
-            s.drain(&mut log, "c", false);
+            s.drain(Some(&mut log), "c", false, &mut |_| {});
             if !s.is_open() {
                 break;
             }

@@ -17,6 +17,7 @@ mod logs;
 mod memory;
 mod oom;
 mod server;
+mod stdio;
 
 pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/scute.shim.v1.rs"));

@@ -1,9 +1,16 @@
 //! The shim's event loop: one thread, one `poll` over the SIGCHLD signalfd, the listening socket,
-//! the open connections and the output pipes (containers' logs, execs). Requests are handled one
-//! at a time, to completion, except Exec: its connection waits (gets no other answer) while the
-//! loop serves everything else, and gets its answer when the process has exited. Answers are
-//! queued per connection and written as the peer takes them, so a slow reader (or a 32 MiB exec
-//! answer) does not hold up the loop.
+//! the open connections and the containers' descriptors (output pipes and terminals, stdins with
+//! input waiting, execs). Requests are handled one at a time, to completion, except Exec: its
+//! connection waits (gets no other answer) while the loop serves everything else, and gets its
+//! answer when the process has exited. Answers are queued per connection and written as the peer
+//! takes them, so a slow reader (or a 32 MiB exec answer) does not hold up the loop.
+//!
+//! A connection whose ExecStream or Attach succeeded becomes a session (and serves no request
+//! again): SessionInput frames from it go to containers.rs, SessionOutput frames that containers.rs
+//! produces are queued on it. A session's output queue is bounded: an exec's output is read only
+//! as far as its session takes it (the process waits), an attach session more than
+//! SESSION_MAX_QUEUED behind is closed (a container never waits for a session). After the exit
+//! frame the shim closes the session once it is sent.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};
@@ -19,15 +26,20 @@ use nix::sys::socket::{send, MsgFlags};
 use crate::containers::{ApiError, Containers, CreateOptions, Source};
 use crate::frame::{self, FrameReader};
 use crate::memory;
-use crate::pb::{self, request, response, ErrorCode};
+use crate::pb::{self, request, response, session_output, ErrorCode};
 
 /// More connections than this means someone leaks them; new ones are closed at once. (Each exec
-/// in flight holds one.)
+/// in flight and each session holds one.)
 const MAX_CONNECTIONS: usize = 64;
-/// A peer that takes none of its pending answer for this long is dropped.
+/// A peer that takes none of its pending answer for this long is dropped (not sessions: an
+/// exec's output waits for its client as long as it takes).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection with this much answer unsent gets no further request served until it reads.
 const MAX_QUEUED: usize = 1 << 20;
+/// Output queued for a session: an exec's is not read further, an attach session is dropped.
+const SESSION_MAX_QUEUED: usize = 1 << 20;
+/// One read of session input; the next waits for the next wake-up (bounds what is buffered).
+const SESSION_READ: usize = 32 << 10;
 
 pub struct Server {
     pub sandbox_id: String,
@@ -49,8 +61,29 @@ struct Conn {
     sent: usize,
     /// Since when `out` has been waiting without progress.
     stalled_since: Option<Instant>,
+    mode: Mode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Requests, answered in order.
+    Requests,
     /// An Exec's answer is pending: no other request is served on this connection until then.
-    waiting: bool,
+    Waiting,
+    /// A streaming session (ExecStream, Attach).
+    Session(Session),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Session {
+    attach: bool,
+    /// The peer shut its writing side: no more input (taken as CloseStdin once the frames before
+    /// it are handled).
+    input_eof: bool,
+    /// That CloseStdin was handed on.
+    input_ended: bool,
+    /// The exit frame is queued: the connection closes once it is sent.
+    closing: bool,
 }
 
 impl Conn {
@@ -81,16 +114,47 @@ impl Conn {
             self.out = Vec::new();
             self.sent = 0;
             self.stalled_since = None;
-        } else if progressed || self.stalled_since.is_none() {
-            self.stalled_since = Some(Instant::now());
+        } else {
+            if progressed || self.stalled_since.is_none() {
+                self.stalled_since = Some(Instant::now());
+            }
+            if self.sent >= self.out.len() / 2 {
+                // A long-lived session's queue: drop what is sent.
+                self.out.drain(..self.sent);
+                self.sent = 0;
+            }
         }
         Ok(())
     }
 
     fn queue(&mut self, resp: &pb::Response) -> io::Result<()> {
-        self.out.extend_from_slice(&frame::encode(resp));
+        frame::encode_to(resp, &mut self.out);
         self.flush()
     }
+
+    fn session(&self) -> Option<Session> {
+        match self.mode {
+            Mode::Session(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// How much more session output this connection takes now.
+    fn room(&self) -> usize {
+        SESSION_MAX_QUEUED.saturating_sub(self.queued())
+    }
+}
+
+/// How a request was handled.
+enum Handled {
+    Answer(pb::Response),
+    /// An exec's answer comes later.
+    Pending,
+    /// The answer, after which the connection is a session.
+    Session {
+        answer: pb::Response,
+        attach: bool,
+    },
 }
 
 /// poll(2) on raw pollfds: nix's PollFd drops revents with bits it does not name (POLLRDHUP).
@@ -144,7 +208,7 @@ impl Server {
         while !self.exit_requested {
             let now = Instant::now();
             let mut wake = self.containers.next_wake();
-            for c in &self.conns {
+            for c in self.conns.iter().filter(|c| c.session().is_none()) {
                 if let Some(since) = c.stalled_since {
                     wake = Some(wake.map_or(since + WRITE_TIMEOUT, |w| w.min(since + WRITE_TIMEOUT)));
                 }
@@ -170,17 +234,35 @@ impl Server {
             slots.push(Slot::Listener);
             fds.push(pollfd(&self.listener, libc::POLLIN));
             for c in &self.conns {
-                // While an exec runs, only watch for the peer going away.
-                let mut events = if c.waiting { libc::POLLRDHUP } else { libc::POLLIN };
+                let mut events = match c.mode {
+                    Mode::Requests => libc::POLLIN,
+                    // While an exec runs, only watch for the peer going away.
+                    Mode::Waiting => libc::POLLRDHUP,
+                    // Input only while its stdin takes more and nothing read waits; POLLHUP
+                    // (the peer closed) comes anyway.
+                    Mode::Session(s) => {
+                        if !s.input_eof
+                            && !s.closing
+                            && !c.reader.has_frame()
+                            && self.containers.session_input_room(c.id)
+                        {
+                            libc::POLLIN
+                        } else {
+                            0
+                        }
+                    }
+                };
                 if c.queued() > 0 {
                     events |= libc::POLLOUT;
                 }
                 slots.push(Slot::Conn(c.id));
                 fds.push(pollfd(&c.stream, events));
             }
-            for (source, fd) in self.containers.poll_sources() {
+            let conns = &self.conns;
+            let room = |id: u64| conns.iter().find(|c| c.id == id).map_or(usize::MAX, Conn::room);
+            for (source, fd, events) in self.containers.poll_sources(&room) {
                 slots.push(Slot::Output(source));
-                fds.push(pollfd(fd, libc::POLLIN));
+                fds.push(pollfd(fd, events));
             }
             let n = match poll_raw(&mut fds, timeout_ms) {
                 Ok(n) => n,
@@ -209,11 +291,15 @@ impl Server {
                         self.containers.reap();
                     }
                     Slot::Listener => accept = true,
-                    Slot::Output(source) => self.containers.on_readable(source),
+                    Slot::Output(source) => {
+                        let conns = &self.conns;
+                        let room = |id: u64| conns.iter().find(|c| c.id == id).map_or(usize::MAX, Conn::room);
+                        self.containers.on_ready(source, revents, &room);
+                    }
                     Slot::Conn(_) => {}
                 }
             }
-            self.deliver_exec_answers();
+            self.deliver();
             for (slot, &revents) in slots.iter().zip(&ready) {
                 if let Slot::Conn(id) = slot {
                     if revents != 0 {
@@ -228,8 +314,11 @@ impl Server {
                     return;
                 }
             }
-            // Execs reaped while a request was handled.
-            self.deliver_exec_answers();
+            // Execs reaped and output read while a request was handled; session input that
+            // waited for room in a stdin.
+            self.deliver();
+            self.pump_sessions();
+            self.deliver();
             self.drop_stalled();
             if accept {
                 self.accept();
@@ -247,18 +336,18 @@ impl Server {
 
     fn close_conn(&mut self, i: usize) {
         let c = self.conns.remove(i);
-        if c.waiting {
-            self.containers.abandon_execs(c.id);
+        match c.mode {
+            Mode::Requests => {}
+            Mode::Waiting => self.containers.abandon_execs(c.id),
+            Mode::Session(_) => self.containers.session_closed(c.id),
         }
         tracing::debug!(conn = c.id, "connection closed");
     }
 
     fn drop_stalled(&mut self) {
         for i in (0..self.conns.len()).rev() {
-            if self.conns[i]
-                .stalled_since
-                .is_some_and(|s| s.elapsed() >= WRITE_TIMEOUT)
-            {
+            let c = &self.conns[i];
+            if c.session().is_none() && c.stalled_since.is_some_and(|s| s.elapsed() >= WRITE_TIMEOUT) {
                 tracing::warn!(
                     conn = self.conns[i].id,
                     "peer does not read its answers, closing the connection"
@@ -268,11 +357,18 @@ impl Server {
         }
     }
 
+    /// Queues what the containers have for connections: exec answers, session output.
+    fn deliver(&mut self) {
+        self.deliver_exec_answers();
+        self.containers.finish_streams();
+        self.deliver_session_output();
+    }
+
     /// Queues the answers of finished execs on their connections, which may serve requests again.
     fn deliver_exec_answers(&mut self) {
         for (conn, resp) in self.containers.take_finished_execs() {
             let Some(i) = self.conn_index(conn) else { continue };
-            self.conns[i].waiting = false;
+            self.conns[i].mode = Mode::Requests;
             let resp = pb::Response {
                 kind: Some(response::Kind::Exec(resp)),
             };
@@ -281,6 +377,101 @@ impl Server {
                 self.close_conn(i);
             }
         }
+    }
+
+    /// Queues session output frames on their connections. An attach session that falls more than
+    /// SESSION_MAX_QUEUED behind is closed; a session whose exit frame is sent is closed.
+    fn deliver_session_output(&mut self) {
+        let frames = self.containers.take_session_output();
+        if frames.is_empty() {
+            return;
+        }
+        let mut touched = Vec::new();
+        for (conn, kind) in frames {
+            let Some(i) = self.conn_index(conn) else { continue };
+            let c = &mut self.conns[i];
+            let Mode::Session(s) = &mut c.mode else { continue };
+            if s.closing {
+                continue;
+            }
+            if matches!(kind, session_output::Kind::Exit(_)) {
+                s.closing = true;
+            }
+            frame::encode_to(&pb::SessionOutput { kind: Some(kind) }, &mut c.out);
+            if !touched.contains(&conn) {
+                touched.push(conn);
+            }
+        }
+        for conn in touched {
+            let Some(i) = self.conn_index(conn) else { continue };
+            let c = &mut self.conns[i];
+            let Some(s) = c.session() else { continue };
+            if c.flush().is_err() {
+                self.close_conn(i);
+            } else if s.closing && c.queued() == 0 {
+                tracing::debug!(conn, "session ended");
+                self.close_conn(i);
+            } else if s.attach && !s.closing && c.queued() > SESSION_MAX_QUEUED {
+                tracing::warn!(
+                    conn,
+                    queued = c.queued(),
+                    "attach session does not keep up with the container's output, closing it"
+                );
+                self.close_conn(i);
+            }
+        }
+    }
+
+    /// Hands buffered session input to the containers where there is room for it now.
+    fn pump_sessions(&mut self) {
+        for i in (0..self.conns.len()).rev() {
+            if self.conns[i].session().is_some() && !self.session_input(i) {
+                self.close_conn(i);
+            }
+        }
+    }
+
+    /// Hands the complete SessionInput frames connection `i` has sent to the containers, while
+    /// they take more; then, once all are handled, the end of input. False when the connection is
+    /// finished (a bad frame).
+    fn session_input(&mut self, i: usize) -> bool {
+        let id = self.conns[i].id;
+        loop {
+            let Some(s) = self.conns[i].session() else { return true };
+            if s.closing {
+                return true;
+            }
+            if !self.containers.session_input_room(id) {
+                return true;
+            }
+            match self.conns[i].reader.next_message::<pb::SessionInput>() {
+                Ok(Some(input)) => {
+                    // Kinds this shim does not know are ignored (a newer daemon).
+                    if let Some(kind) = input.kind {
+                        self.containers.session_input(id, kind);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(conn = id, error = %e, "bad session frame, closing the session");
+                    return false;
+                }
+            }
+        }
+        let c = &mut self.conns[i];
+        if let Mode::Session(s) = &mut c.mode {
+            if s.input_eof && !c.reader.has_frame() {
+                if c.reader.is_partial() {
+                    tracing::debug!(conn = id, "session input ended in the middle of a frame");
+                    c.reader = FrameReader::default();
+                }
+                if !std::mem::replace(&mut s.input_ended, true) {
+                    self.containers
+                        .session_input(id, pb::session_input::Kind::CloseStdin(pb::CloseStdin {}));
+                }
+            }
+        }
+        true
     }
 
     fn accept(&mut self) {
@@ -305,7 +496,7 @@ impl Server {
                         out: Vec::new(),
                         sent: 0,
                         stalled_since: None,
-                        waiting: false,
+                        mode: Mode::Requests,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -323,14 +514,59 @@ impl Server {
         if self.conns[i].queued() > 0 && self.conns[i].flush().is_err() {
             return false;
         }
-        if self.conns[i].waiting {
+        match self.conns[i].mode {
             // Only POLLRDHUP, POLLHUP and POLLERR are watched now: the client gave up.
-            return revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0;
+            Mode::Waiting => revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0,
+            Mode::Session(s) => {
+                if revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                    // Closed by the peer (both ways): an exec is killed, an attach detached.
+                    return false;
+                }
+                if s.closing {
+                    return self.conns[i].queued() > 0;
+                }
+                if revents & libc::POLLIN != 0 && !self.read_session(i) {
+                    return false;
+                }
+                self.session_input(i)
+            }
+            Mode::Requests => {
+                if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    return self.serve(i);
+                }
+                true
+            }
         }
-        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-            return self.serve(i);
+    }
+
+    /// One read of session input from connection `i`. False when the connection is broken.
+    fn read_session(&mut self, i: usize) -> bool {
+        // On the heap: a big stack frame here would push every deeper call's stack pages down
+        // (resident for good; the shim's RSS is counted in KiB).
+        let mut buf = vec![0u8; SESSION_READ];
+        let c = &mut self.conns[i];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => {
+                    // The peer shut its writing side (dropped its input half): no more input,
+                    // output still goes to it.
+                    if let Mode::Session(s) = &mut c.mode {
+                        s.input_eof = true;
+                    }
+                    return true;
+                }
+                Ok(n) => {
+                    c.reader.push(&buf[..n]);
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!(error = %e, "session read");
+                    return false;
+                }
+            }
         }
-        true
     }
 
     /// Reads what connection `i` sent and answers every complete request. False when the
@@ -356,6 +592,11 @@ impl Server {
         if !self.serve_buffered(i) {
             return false;
         }
+        if let Mode::Session(s) = &mut self.conns[i].mode {
+            // Became a session: what followed the request is its input.
+            s.input_eof |= !open;
+            return self.session_input(i);
+        }
         if !open && self.conns[i].reader.is_partial() {
             tracing::debug!("connection closed in the middle of a request");
         }
@@ -363,10 +604,10 @@ impl Server {
         open
     }
 
-    /// Answers the complete requests connection `i` has sent, until one has to wait (Exec) or
-    /// too much is queued. False when the connection is finished.
+    /// Answers the complete requests connection `i` has sent, until one has to wait (Exec), the
+    /// connection became a session, or too much is queued. False when the connection is finished.
     fn serve_buffered(&mut self, i: usize) -> bool {
-        while !self.conns[i].waiting && self.conns[i].queued() < MAX_QUEUED {
+        while self.conns[i].mode == Mode::Requests && self.conns[i].queued() < MAX_QUEUED {
             let req = match self.conns[i].reader.next_message::<pb::Request>() {
                 Ok(Some(req)) => req,
                 Ok(None) => break,
@@ -379,7 +620,7 @@ impl Server {
             };
             let conn_id = self.conns[i].id;
             match self.handle(req, conn_id) {
-                Some(resp) => {
+                Handled::Answer(resp) => {
                     if self.exit_requested {
                         // The last answer: sent before the loop ends (bounded wait).
                         let c = &mut self.conns[i];
@@ -392,18 +633,34 @@ impl Server {
                         return false;
                     }
                 }
-                None => self.conns[i].waiting = true,
+                Handled::Pending => self.conns[i].mode = Mode::Waiting,
+                Handled::Session { answer, attach } => {
+                    let c = &mut self.conns[i];
+                    c.mode = Mode::Session(Session {
+                        attach,
+                        input_eof: false,
+                        input_ended: false,
+                        closing: false,
+                    });
+                    // A stalled request connection's clock does not carry over.
+                    c.stalled_since = None;
+                    if let Err(e) = c.queue(&answer) {
+                        tracing::debug!(error = %e, "writing a response");
+                        return false;
+                    }
+                }
             }
         }
         true
     }
 
-    /// The answer to `req`, or None when it comes later (an exec was started for `conn`).
-    fn handle(&mut self, req: pb::Request, conn: u64) -> Option<pb::Response> {
+    /// The answer to `req`, or that it comes later (an exec was started for `conn`), or that
+    /// `conn` is a session after this answer.
+    fn handle(&mut self, req: pb::Request, conn: u64) -> Handled {
         // Exits that happened since the last poll are recorded before anything is reported.
         self.containers.reap();
         let Some(kind) = req.kind else {
-            return Some(error_response(ApiError::new(
+            return Handled::Answer(error_response(ApiError::new(
                 ErrorCode::Unimplemented,
                 "request of a kind this shim does not know (the shim is older than the daemon?)",
             )));
@@ -423,6 +680,7 @@ impl Server {
                     stdin: r.stdin,
                     tty: r.tty,
                     max_log_line_bytes: r.max_log_line_bytes,
+                    stdin_once: r.stdin_once,
                 };
                 self.containers
                     .create(&r.container_id, &r.bundle, &opts)
@@ -447,7 +705,31 @@ impl Server {
             request::Kind::Exec(r) => match self.containers.exec(conn, r) {
                 Ok(()) => {
                     tracing::debug!(request = name, elapsed = ?started.elapsed(), "started, answer pending");
-                    return None;
+                    return Handled::Pending;
+                }
+                Err(e) => Err(e),
+            },
+            request::Kind::ExecStream(r) => match self.containers.exec_stream(conn, r) {
+                Ok(pid) => {
+                    tracing::debug!(request = name, elapsed = ?started.elapsed(), "session started");
+                    return Handled::Session {
+                        answer: pb::Response {
+                            kind: Some(response::Kind::ExecStream(pb::ExecStreamResponse { pid })),
+                        },
+                        attach: false,
+                    };
+                }
+                Err(e) => Err(e),
+            },
+            request::Kind::Attach(r) => match self.containers.attach(conn, r) {
+                Ok(resp) => {
+                    tracing::debug!(request = name, elapsed = ?started.elapsed(), "session started");
+                    return Handled::Session {
+                        answer: pb::Response {
+                            kind: Some(response::Kind::Attach(resp)),
+                        },
+                        attach: true,
+                    };
                 }
                 Err(e) => Err(e),
             },
@@ -464,7 +746,7 @@ impl Server {
             Ok(_) => tracing::debug!(request = name, elapsed = ?started.elapsed(), "handled"),
             Err(e) => tracing::warn!(request = name, code = ?e.code, error = %e.message, "failed"),
         }
-        Some(match result {
+        Handled::Answer(match result {
             Ok(kind) => pb::Response { kind: Some(kind) },
             Err(e) => error_response(e),
         })
@@ -503,6 +785,8 @@ fn request_name(kind: &request::Kind) -> &'static str {
         request::Kind::Exec(_) => "Exec",
         request::Kind::ReopenContainerLog(_) => "ReopenContainerLog",
         request::Kind::UpdateResources(_) => "UpdateResources",
+        request::Kind::ExecStream(_) => "ExecStream",
+        request::Kind::Attach(_) => "Attach",
     }
 }
 

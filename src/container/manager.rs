@@ -48,7 +48,7 @@ fn failed(what: &str) -> impl FnOnce(std::io::Error) -> ContainerError + '_ {
     move |e| ContainerError::Failed(format!("{what}: {e}"))
 }
 
-fn shim_failed(what: &str) -> impl FnOnce(ShimError) -> ContainerError + '_ {
+pub(super) fn shim_failed(what: &str) -> impl FnOnce(ShimError) -> ContainerError + '_ {
     move |e| ContainerError::Failed(format!("{what}: {e}"))
 }
 
@@ -96,7 +96,7 @@ impl ContainerManager {
         Ok(self.store.list::<ContainerRecord>()?)
     }
 
-    async fn shim(&self, sandbox_id: &str) -> Result<Arc<ShimClient>, ContainerError> {
+    pub(super) async fn shim(&self, sandbox_id: &str) -> Result<Arc<ShimClient>, ContainerError> {
         self.sandboxes
             .shim_for(sandbox_id)
             .await
@@ -284,6 +284,7 @@ impl ContainerManager {
                     stdin: config.stdin,
                     tty: config.tty,
                     max_log_line_bytes: None,
+                    stdin_once: config.stdin_once,
                 },
             )
             .await

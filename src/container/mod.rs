@@ -5,4 +5,5 @@ pub mod manager;
 pub mod record;
 pub mod seccomp;
 pub mod spec;
+pub mod streams;
 pub mod user;

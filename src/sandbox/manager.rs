@@ -10,6 +10,7 @@
 //! Every create step has its undo; a failed RunPodSandbox leaves nothing behind.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,12 +255,10 @@ impl SandboxManager {
         }
 
         // Files shared by the pod's containers.
-        let hostname = if record.netns.is_some() {
-            if config.hostname.is_empty() {
-                metadata.name.clone()
-            } else {
-                config.hostname.clone()
-            }
+        // Without a hostname (or on the host network) the pod gets the node's, as with containerd
+        // (the pod name may be longer than a hostname can be).
+        let hostname = if record.netns.is_some() && !config.hostname.is_empty() {
+            config.hostname.clone()
         } else {
             nix::sys::utsname::uname()
                 .map(|u| u.nodename().to_string_lossy().into_owned())
@@ -370,6 +369,29 @@ impl SandboxManager {
         let shim = Arc::new(ShimClient::connect(&self.shim_dir(id)).await.ok()?);
         shims.insert(id.to_string(), shim.clone());
         Some(shim)
+    }
+
+    /// PortForward's connection: to `port` on the pod's loopback, in its network namespace (the
+    /// host's for host-network pods). NotFound for an unknown sandbox, FailedPrecondition for one
+    /// that is not ready; a refused connection is an error the caller reports on the stream.
+    pub async fn connect_port(&self, id: &str, port: u16) -> Result<io::Result<tokio::net::TcpStream>, SandboxError> {
+        let record = self.get(id)?;
+        if self.live_state(&record).await != SandboxState::Ready {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "pod sandbox {id} is not ready: port-forward needs its network"
+            )));
+        }
+        let netns = record.netns.clone();
+        let connected = tokio::task::spawn_blocking(move || match netns {
+            Some(path) => NetNs::open(&path)?.connect_loopback(port),
+            None => super::netns::connect_loopback(port),
+        })
+        .await
+        .map_err(|e| SandboxError::Failed(format!("port-forward connect task: {e}")))?;
+        Ok(connected.and_then(|stream| {
+            stream.set_nonblocking(true)?;
+            tokio::net::TcpStream::from_std(stream)
+        }))
     }
 
     /// The sandbox's state as it is now: a Ready sandbox whose pause has exited is NotReady.

@@ -123,6 +123,22 @@ impl NetNs {
         Ok(std::fs::metadata(&self.path)?.ino())
     }
 
+    /// Connects to `port` on the namespace's loopback (127.0.0.1, then ::1), for port-forward: a
+    /// socket keeps the namespace it was made in, so it is made by a short-lived thread that
+    /// joined the namespace (never a pooled worker) and then used from anywhere. No socat, no
+    /// nsenter.
+    pub fn connect_loopback(&self, port: u16) -> io::Result<std::net::TcpStream> {
+        let ns = std::fs::File::open(&self.path)?;
+        std::thread::Builder::new()
+            .name("scute-netns-connect".into())
+            .spawn(move || {
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+                connect_loopback(port)
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the netns thread panicked"))?
+    }
+
     /// Unmounts the pin (lazily, so a plugin still inside does not make this fail) and removes
     /// the file. Idempotent: a missing path, or a file that is no longer a mount, is fine.
     pub fn remove(path: &Path) -> io::Result<()> {
@@ -146,6 +162,16 @@ impl NetNs {
             other => other,
         }
     }
+}
+
+/// Connects to `port` on the loopback of the calling thread's network namespace.
+pub fn connect_loopback(port: u16) -> io::Result<std::net::TcpStream> {
+    let timeout = std::time::Duration::from_secs(10);
+    let v4 = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&v4, timeout).or_else(|e4| {
+        let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+        std::net::TcpStream::connect_timeout(&v6, timeout).map_err(|_| e4)
+    })
 }
 
 /// Whether `path` is an nsfs file (i.e. a pinned or /proc namespace). A missing path is not.

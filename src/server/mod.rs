@@ -5,7 +5,9 @@
 //! (`version.rs`, `status.rs`, …), which returns a typed [`RpcError`]. This module is the one place
 //! where errors become gRPC status codes.
 
+mod container_attach;
 mod container_create;
+mod container_exec;
 mod container_exec_sync;
 mod container_list;
 mod container_remove;
@@ -24,6 +26,7 @@ mod image_status;
 mod runtime_config;
 mod runtime_service;
 mod sandbox_list;
+mod sandbox_port_forward;
 mod sandbox_remove;
 mod sandbox_run;
 mod sandbox_status;
@@ -56,6 +59,8 @@ pub struct Cri {
     pub images: Arc<ImageManager>,
     pub sandboxes: Arc<SandboxManager>,
     pub containers: Arc<ContainerManager>,
+    /// Serves the sessions behind Exec, Attach and PortForward URLs.
+    pub streaming: Arc<crate::streaming::StreamingServer>,
     pub started_at: SystemTime,
     /// Last node check (RuntimeReady), re-run every few seconds.
     pub runtime_readiness: crate::check::RuntimeReadiness,
@@ -90,6 +95,8 @@ pub enum RpcError {
     },
     #[error("{0}")]
     DeadlineExceeded(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
     #[error(transparent)]
     Store(#[from] store::Error),
     #[error(transparent)]
@@ -118,6 +125,7 @@ impl From<RpcError> for Status {
             RpcError::Unimplemented { .. } => Code::Unimplemented,
             RpcError::Store(e) => store_code(e),
             RpcError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            RpcError::ResourceExhausted(_) => Code::ResourceExhausted,
             RpcError::Sandbox(e) => sandbox_code(e),
             RpcError::Container(e) => match e {
                 ContainerError::InvalidArgument(_) => Code::InvalidArgument,

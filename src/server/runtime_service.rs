@@ -7,7 +7,6 @@ use tonic::{Request, Response, Status};
 use super::{instrument, unimplemented, CriService};
 use crate::api::{self, runtime_service_server::RuntimeService};
 
-const STREAMING: &str = "exec/attach/port-forward streaming";
 const STATS: &str = "stats, events, metrics and streaming lists";
 const CHECKPOINT: &str = "out of scope: checkpointing needs CRIU, which scute does not use";
 
@@ -145,19 +144,19 @@ impl RuntimeService for CriService {
         instrument("ExecSync", self.cri.exec_sync(request.into_inner())).await
     }
 
-    async fn exec(&self, _request: Request<api::ExecRequest>) -> Result<Response<api::ExecResponse>, Status> {
-        instrument("Exec", unimplemented("Exec", STREAMING)).await
+    async fn exec(&self, request: Request<api::ExecRequest>) -> Result<Response<api::ExecResponse>, Status> {
+        instrument("Exec", self.cri.exec(request.into_inner())).await
     }
 
-    async fn attach(&self, _request: Request<api::AttachRequest>) -> Result<Response<api::AttachResponse>, Status> {
-        instrument("Attach", unimplemented("Attach", STREAMING)).await
+    async fn attach(&self, request: Request<api::AttachRequest>) -> Result<Response<api::AttachResponse>, Status> {
+        instrument("Attach", self.cri.attach(request.into_inner())).await
     }
 
     async fn port_forward(
         &self,
-        _request: Request<api::PortForwardRequest>,
+        request: Request<api::PortForwardRequest>,
     ) -> Result<Response<api::PortForwardResponse>, Status> {
-        instrument("PortForward", unimplemented("PortForward", STREAMING)).await
+        instrument("PortForward", self.cri.port_forward(request.into_inner())).await
     }
 
     async fn container_stats(

@@ -21,14 +21,21 @@
 //!
 //! Container output: `create_container_with` gives the container a CRI log file that the shim
 //! writes itself (so output never waits for the daemon); `reopen_log` after the kubelet rotated it.
+//!
+//! Streaming (CRI Exec and Attach): `exec_stream` and `attach` open a connection of their own that
+//! becomes a session (`ShimSession`): its `input` half sends stdin, its end and terminal sizes,
+//! its `output` half yields stdout/stderr chunks and finally the exit. Dropping both halves closes
+//! the connection: an exec'd process is then killed, an attach detaches.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use bytes::{Buf, Bytes, BytesMut};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::sync::Mutex;
 
@@ -48,6 +55,10 @@ pub const EXITS_DIR: &str = "exits";
 /// Largest answer accepted: an exec's carries up to 16 MiB of stdout and of stderr. (The shim
 /// accepts requests up to 4 MiB.)
 const MAX_FRAME: usize = 40 << 20;
+/// Largest session output frame accepted (the shim sends chunks of at most 64 KiB).
+const MAX_SESSION_FRAME: usize = 4 << 20;
+/// Stdin is sent in frames of at most this much (the shim buffers a frame whole).
+const STDIN_FRAME: usize = 32 << 10;
 /// Most output an exec keeps per stream (the shim's cap, too).
 pub const MAX_EXEC_OUTPUT: usize = 16 << 20;
 /// Spawn: from exec to the shim listening.
@@ -110,13 +121,18 @@ pub struct CreateOptions {
     /// The CRI log file (absolute); the shim creates it (0640, and missing parent directories)
     /// and writes stdout and stderr to it. None: output goes to /dev/null.
     pub log_path: Option<PathBuf>,
-    /// Not supported by the shim yet: true fails with `Remote { code: Unimplemented }`.
+    /// The container's stdin is a pipe (or its terminal) the shim keeps for `attach`; until an
+    /// attach writes, it reads nothing (and no EOF).
     pub stdin: bool,
-    /// Not supported by the shim yet: true fails with `Remote { code: Unimplemented }`.
+    /// The container runs on a terminal (its bundle's process.terminal must be true too): output
+    /// is logged as stdout, attach sessions can resize it.
     pub tty: bool,
     /// Longest log line written as one entry (longer ones are split into partial entries); None:
     /// the shim's default, 16 KiB.
     pub max_log_line_bytes: Option<u32>,
+    /// With `stdin`: the first attach session that ends its input (`close_stdin`, or closing)
+    /// closes the container's stdin (a terminal gets ^D), and no attach can write to it again.
+    pub stdin_once: bool,
 }
 
 /// A command to run in a running container (`exec_with`).
@@ -130,6 +146,166 @@ pub struct ExecOptions {
     /// Most bytes kept of stdout and of stderr each (more is dropped); 0 or more than
     /// `MAX_EXEC_OUTPUT`: `MAX_EXEC_OUTPUT`.
     pub max_output: usize,
+}
+
+/// A command to run in a running container with its stdio streamed (`exec_stream`, CRI Exec).
+#[derive(Debug, Clone, Default)]
+pub struct ExecStreamOptions {
+    pub args: Vec<String>,
+    /// KEY=VALUE entries added to (or overriding) the container's environment.
+    pub env: Vec<String>,
+    /// On a terminal: all output comes as `Stdout`, `resize` applies.
+    pub tty: bool,
+    /// Stdin is fed by `SessionInput::stdin` (else it is /dev/null, or the terminal nobody
+    /// writes to).
+    pub stdin: bool,
+    /// Initial terminal size (columns, rows), with `tty`; 0 keeps the kernel's default.
+    pub width: u32,
+    pub height: u32,
+}
+
+/// What an attach session takes part in (`attach`, CRI Attach).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttachOptions {
+    /// Write to the container's stdin (it must have been created with `stdin`).
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+}
+
+/// What a session yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionOutput {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    /// The last item: the process (exec) or container (attach) exited, after all its output.
+    /// The exit status, or 128 + signal.
+    Exit(i32),
+}
+
+/// A streaming session with the shim (one connection of its own). Dropping both halves closes
+/// it: an exec'd process is SIGKILLed, an attach detaches (with stdin_once that closes the
+/// container's stdin).
+pub struct ShimSession {
+    /// The exec'd process in the host pid namespace; 0 for an attach.
+    pub pid: u32,
+    /// On a terminal: output comes as `Stdout` only, `resize` applies.
+    pub tty: bool,
+    pub input: SessionInput,
+    pub output: SessionOutputs,
+}
+
+/// The sending half of a session. Writes wait while the shim takes no more input (the process
+/// does not read its stdin): that is the backpressure reaching the client. Dropping it (while
+/// keeping `SessionOutputs`) shuts the connection's writing side: the shim takes that as
+/// `close_stdin`, and output keeps coming.
+pub struct SessionInput {
+    stream: OwnedWriteHalf,
+}
+
+impl SessionInput {
+    /// Sends `data` to the process's stdin (dropped by the shim if the session has no stdin or it
+    /// was closed).
+    pub async fn stdin(&mut self, data: &[u8]) -> Result<(), ShimError> {
+        for chunk in data.chunks(STDIN_FRAME) {
+            self.send(pb::session_input::Kind::Stdin(chunk.to_vec())).await?;
+        }
+        Ok(())
+    }
+
+    /// No more stdin from this session: an exec's stdin is closed (a terminal gets ^D); for an
+    /// attach this ends its input (with stdin_once the container's stdin is closed). Output
+    /// keeps coming.
+    pub async fn close_stdin(&mut self) -> Result<(), ShimError> {
+        self.send(pb::session_input::Kind::CloseStdin(pb::CloseStdin {})).await
+    }
+
+    /// The client's terminal size changed (columns, rows); ignored without a terminal.
+    pub async fn resize(&mut self, width: u32, height: u32) -> Result<(), ShimError> {
+        self.send(pb::session_input::Kind::Resize(pb::Resize { width, height }))
+            .await
+    }
+
+    async fn send(&mut self, kind: pb::session_input::Kind) -> Result<(), ShimError> {
+        let frame = encode(&pb::SessionInput { kind: Some(kind) });
+        self.stream.write_all(&frame).await.map_err(io_error)
+    }
+}
+
+/// The receiving half of a session.
+pub struct SessionOutputs {
+    stream: OwnedReadHalf,
+    buf: BytesMut,
+    done: bool,
+}
+
+impl SessionOutputs {
+    /// The next output; None when the shim closed the connection (after Exit, or if it died).
+    /// `Err(Gone)` when the connection ended in the middle of a frame: the shim dropped an attach
+    /// session that fell more than 1 MiB behind the container's output (or it died). Nothing
+    /// follows an Exit or an error. Cancel safe: a call dropped before it returns loses nothing
+    /// (it can be used in `select!`).
+    pub async fn next(&mut self) -> Option<Result<SessionOutput, ShimError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            match parse_session_frame(&mut self.buf) {
+                Ok(Some(out)) => {
+                    self.done = matches!(out, SessionOutput::Exit(_));
+                    return Some(Ok(out));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) => {
+                    self.done = true;
+                    if self.buf.is_empty() {
+                        return None;
+                    }
+                    return Some(Err(ShimError::Gone(
+                        "the shim closed the session in the middle of a frame".into(),
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(io_error(e)));
+                }
+            }
+        }
+    }
+}
+
+/// Takes one SessionOutput frame off the front of `buf`, if a whole one is there.
+fn parse_session_frame(buf: &mut BytesMut) -> Result<Option<SessionOutput>, ShimError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+    if len > MAX_SESSION_FRAME {
+        return Err(ShimError::Protocol(format!(
+            "session frame of {len} bytes exceeds {MAX_SESSION_FRAME}"
+        )));
+    }
+    if buf.len() < 4 + len {
+        // Room for the rest, so that one read can complete it.
+        buf.reserve(4 + len - buf.len());
+        return Ok(None);
+    }
+    buf.advance(4);
+    let payload = buf.split_to(len);
+    let msg = pb::SessionOutput::decode(payload.freeze()).map_err(|e| ShimError::Protocol(e.to_string()))?;
+    match msg.kind {
+        Some(pb::session_output::Kind::Stdout(b)) => Ok(Some(SessionOutput::Stdout(Bytes::from(b)))),
+        Some(pb::session_output::Kind::Stderr(b)) => Ok(Some(SessionOutput::Stderr(Bytes::from(b)))),
+        Some(pb::session_output::Kind::Exit(e)) => Ok(Some(SessionOutput::Exit(e.exit_code))),
+        None => Err(ShimError::Protocol("session output of an unknown kind".into())),
+    }
 }
 
 /// How an exec ended.
@@ -363,6 +539,7 @@ impl ShimClient {
             stdin: opts.stdin,
             tty: opts.tty,
             max_log_line_bytes: opts.max_log_line_bytes.unwrap_or(0),
+            stdin_once: opts.stdin_once,
         });
         match self.call(req, SLOW_TIMEOUT).await? {
             response::Kind::CreateContainer(r) => Ok(r.pid),
@@ -507,6 +684,63 @@ impl ShimClient {
         }
     }
 
+    /// Runs `opts.args` in the running container (CRI Exec) with its stdio a session on a
+    /// connection of its own. `NotFound` for an unknown container; `Remote { FailedPrecondition }`
+    /// for one that is not running. The session ends with `SessionOutput::Exit`.
+    pub async fn exec_stream(&self, id: &str, opts: &ExecStreamOptions) -> Result<ShimSession, ShimError> {
+        let req = request::Kind::ExecStream(pb::ExecStreamRequest {
+            container_id: id.to_string(),
+            args: opts.args.clone(),
+            env: opts.env.clone(),
+            tty: opts.tty,
+            stdin: opts.stdin,
+            width: opts.width,
+            height: opts.height,
+        });
+        let (stream, kind) = self.open_session(req).await?;
+        match kind {
+            response::Kind::ExecStream(r) => Ok(session(stream, r.pid, opts.tty)),
+            other => Err(unexpected("ExecStream", &other)),
+        }
+    }
+
+    /// Attaches to a created or running container's stdio (CRI Attach): output written from now
+    /// on comes to this session (as well as to the log). `NotFound` for an unknown container;
+    /// `Remote { FailedPrecondition }` for a stopped one, or `stdin` asked of a container without
+    /// stdin (or whose stdin was closed, stdin_once). The session ends with
+    /// `SessionOutput::Exit` when the container exits.
+    pub async fn attach(&self, id: &str, opts: &AttachOptions) -> Result<ShimSession, ShimError> {
+        let req = request::Kind::Attach(pb::AttachRequest {
+            container_id: id.to_string(),
+            stdin: opts.stdin,
+            stdout: opts.stdout,
+            stderr: opts.stderr,
+        });
+        let (stream, kind) = self.open_session(req).await?;
+        match kind {
+            response::Kind::Attach(r) => Ok(session(stream, 0, r.tty)),
+            other => Err(unexpected("Attach", &other)),
+        }
+    }
+
+    /// Sends `req` on a new connection and reads its answer; the connection is then a session.
+    async fn open_session(&self, req: request::Kind) -> Result<(UnixStream, response::Kind), ShimError> {
+        let request = pb::Request { kind: Some(req) };
+        let mut stream = open(&self.socket).await?;
+        // An exec's setup runs libcontainer in a helper.
+        let response = tokio::time::timeout(SLOW_TIMEOUT, async {
+            stream.write_all(&encode(&request)).await.map_err(io_error)?;
+            read_frame(&mut stream).await
+        })
+        .await
+        .map_err(|_| ShimError::Timeout(SLOW_TIMEOUT))??;
+        match response.kind {
+            Some(response::Kind::Error(e)) => Err(remote(e)),
+            Some(kind) => Ok((stream, kind)),
+            None => Err(ShimError::Protocol("response of an unknown kind".into())),
+        }
+    }
+
     /// Signals the container's init (or with `all` every process of its cgroup). A stopped
     /// container is not an error.
     pub async fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), ShimError> {
@@ -588,6 +822,20 @@ impl ShimClient {
             Some(kind) => Ok(kind),
             None => Err(ShimError::Protocol("response of an unknown kind".into())),
         }
+    }
+}
+
+fn session(stream: UnixStream, pid: u32, tty: bool) -> ShimSession {
+    let (read, write) = stream.into_split();
+    ShimSession {
+        pid,
+        tty,
+        input: SessionInput { stream: write },
+        output: SessionOutputs {
+            stream: read,
+            buf: BytesMut::new(),
+            done: false,
+        },
     }
 }
 
@@ -964,6 +1212,166 @@ mod tests {
     fn client_is_shareable_between_tasks() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<ShimClient>();
+        fn assert_send<T: Send>() {}
+        assert_send::<ShimSession>();
+        assert_send::<SessionInput>();
+        assert_send::<SessionOutputs>();
+    }
+
+    /// A fake shim whose ExecStream session echoes stdin as stdout, answers a resize with its
+    /// size on stderr and CloseStdin with exit 3; Attach is refused by container id.
+    fn fake_session_shim(dir: &Path) {
+        let listener = UnixListener::bind(dir.join(SOCKET_FILE)).unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut h = [0u8; 4];
+                    let mut session = false;
+                    loop {
+                        if s.read_exact(&mut h).await.is_err() {
+                            return;
+                        }
+                        let mut p = vec![0u8; u32::from_be_bytes(h) as usize];
+                        s.read_exact(&mut p).await.unwrap();
+                        if !session {
+                            let kind = match pb::Request::decode(p.as_slice()).unwrap().kind.unwrap() {
+                                request::Kind::Ping(_) => ping(),
+                                request::Kind::ExecStream(r) => {
+                                    assert_eq!(r.args, ["sh"]);
+                                    assert!(r.tty && r.stdin);
+                                    assert_eq!((r.width, r.height), (100, 30));
+                                    session = true;
+                                    response::Kind::ExecStream(pb::ExecStreamResponse { pid: 42 })
+                                }
+                                request::Kind::Attach(r) => response::Kind::Error(pb::Error {
+                                    code: if r.container_id == "gone" {
+                                        pb::ErrorCode::NotFound
+                                    } else {
+                                        pb::ErrorCode::FailedPrecondition
+                                    } as i32,
+                                    message: format!("cannot attach to {}", r.container_id),
+                                }),
+                                _ => return,
+                            };
+                            s.write_all(&encode(&pb::Response { kind: Some(kind) })).await.unwrap();
+                            continue;
+                        }
+                        let out = match pb::SessionInput::decode(p.as_slice()).unwrap().kind.unwrap() {
+                            pb::session_input::Kind::Stdin(b) => {
+                                assert!(b.len() <= STDIN_FRAME);
+                                pb::session_output::Kind::Stdout(b)
+                            }
+                            pb::session_input::Kind::Resize(r) => {
+                                pb::session_output::Kind::Stderr(format!("{}x{}", r.width, r.height).into_bytes())
+                            }
+                            pb::session_input::Kind::CloseStdin(_) => {
+                                pb::session_output::Kind::Exit(pb::SessionExit { exit_code: 3 })
+                            }
+                        };
+                        let exit = matches!(out, pb::session_output::Kind::Exit(_));
+                        // Byte by byte: the client reassembles frames from any reads.
+                        for b in encode(&pb::SessionOutput { kind: Some(out) }) {
+                            s.write_all(&[b]).await.unwrap();
+                        }
+                        if exit {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[tokio::test]
+    async fn exec_stream_and_attach_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_session_shim(dir.path());
+        let c = ShimClient::connect(dir.path()).await.unwrap();
+        let opts = ExecStreamOptions {
+            args: vec!["sh".into()],
+            tty: true,
+            stdin: true,
+            width: 100,
+            height: 30,
+            ..Default::default()
+        };
+        let ShimSession {
+            pid,
+            tty,
+            mut input,
+            mut output,
+        } = c.exec_stream("c", &opts).await.unwrap();
+        assert_eq!((pid, tty), (42, true));
+        // More than one frame's worth of stdin comes back whole.
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        input.stdin(&data).await.unwrap();
+        let mut echoed = Vec::new();
+        while echoed.len() < data.len() {
+            // Cancelled reads lose nothing.
+            match tokio::time::timeout(Duration::from_micros(50), output.next()).await {
+                Err(_) => continue,
+                Ok(Some(Ok(SessionOutput::Stdout(b)))) => echoed.extend_from_slice(&b),
+                Ok(other) => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(echoed, data);
+        input.resize(80, 24).await.unwrap();
+        assert_eq!(
+            output.next().await.unwrap().unwrap(),
+            SessionOutput::Stderr(Bytes::from_static(b"80x24"))
+        );
+        input.close_stdin().await.unwrap();
+        assert_eq!(output.next().await.unwrap().unwrap(), SessionOutput::Exit(3));
+        assert!(output.next().await.is_none());
+        assert!(output.next().await.is_none());
+
+        let opts = AttachOptions {
+            stdin: true,
+            stdout: true,
+            stderr: false,
+        };
+        assert!(matches!(c.attach("gone", &opts).await, Err(ShimError::NotFound(_))));
+        assert!(matches!(
+            c.attach("stopped", &opts).await,
+            Err(ShimError::Remote {
+                code: pb::ErrorCode::FailedPrecondition,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn session_frames_are_parsed_from_any_split() {
+        let mut wire = Vec::new();
+        for kind in [
+            pb::session_output::Kind::Stdout(b"a".to_vec()),
+            pb::session_output::Kind::Stderr(Vec::new()),
+            pb::session_output::Kind::Exit(pb::SessionExit { exit_code: 137 }),
+        ] {
+            wire.extend(encode(&pb::SessionOutput { kind: Some(kind) }));
+        }
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for b in wire {
+            buf.extend_from_slice(&[b]);
+            while let Some(out) = parse_session_frame(&mut buf).unwrap() {
+                got.push(out);
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                SessionOutput::Stdout(Bytes::from_static(b"a")),
+                SessionOutput::Stderr(Bytes::new()),
+                SessionOutput::Exit(137)
+            ]
+        );
+        let mut buf = BytesMut::from(&u32::MAX.to_be_bytes()[..]);
+        assert!(matches!(parse_session_frame(&mut buf), Err(ShimError::Protocol(_))));
+        // An empty message has no kind: not something this client understands.
+        let mut buf = BytesMut::from(&[0u8, 0, 0, 0][..]);
+        assert!(matches!(parse_session_frame(&mut buf), Err(ShimError::Protocol(_))));
     }
 
     #[test]

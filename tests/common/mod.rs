@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod pod;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};

@@ -1,0 +1,2178 @@
+//! SPDY/3.1 sessions as the Kubernetes streaming protocols speak them (exec, attach, port-forward).
+//!
+//! The peer is always Go's `github.com/moby/spdystream` (client-go's `httpstream/spdy`, used by crictl,
+//! kubectl, the kubelet and the API server), so interoperating with it decides every open question:
+//!
+//! - Frames are SPDY version 3 even though the HTTP upgrade says "SPDY/3.1". Header blocks use one zlib
+//!   stream per direction with the SPDY/3 dictionary, sync-flushed per block. spdystream rejects a block
+//!   with upper-case or repeated names (fatal to its connection), so names are lower-cased and repeated
+//!   names NUL-joined on the way out.
+//! - Flow control: spdystream implements none. It never sends WINDOW_UPDATE and ignores the ones it
+//!   receives (they fall into the "unhandled frame type" branch of `Connection.frameHandler`), and it
+//!   writes one DATA frame per `Write` of any size up to 2^24-1 bytes. A sender that honoured the SPDY/3.1
+//!   64 KiB default windows would stall forever after 64 KiB, so sending here ignores windows entirely;
+//!   back-pressure comes from the socket, as in spdystream, whose reader blocks once a stream's consumer
+//!   stops reading (unbuffered per-stream channels behind bounded frame queues). The receiving side does
+//!   the same: bounded per-stream and per-connection buffers, and the socket is not read while they are
+//!   full. We still send WINDOW_UPDATE for data consumed, which costs spdystream nothing and keeps a
+//!   strict SPDY/3.1 sender from stalling.
+//! - A stream opened by the peer is answered with SYN_REPLY before any DATA (spdystream drops DATA on a
+//!   stream it has not seen replied). A half-close is an empty DATA frame with FLAG_FIN, as spdystream's
+//!   `Stream.Close` sends; FLAG_FIN on SYN_STREAM/SYN_REPLY/HEADERS is honoured too.
+//! - client-go closes a connection by resetting every stream, then sending GOAWAY and closing the socket,
+//!   so a GOAWAY from the peer ends the connection here (no new streams either way), and PINGs from the
+//!   peer (client-go pings periodically) are echoed.
+
+mod frame;
+mod headers;
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+
+use frame::Frame;
+use headers::{Compressor, Decompressor};
+
+/// Header name/value pairs; names are lower-case.
+pub type Headers = Vec<(String, String)>;
+
+/// Which end of the session we are: the server opens even stream ids, the client odd ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+/// RST_STREAM status codes (SPDY/3 section 2.6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RstStatus {
+    ProtocolError,
+    InvalidStream,
+    RefusedStream,
+    UnsupportedVersion,
+    Cancel,
+    InternalError,
+    FlowControlError,
+    StreamInUse,
+    StreamAlreadyClosed,
+    FrameTooLarge,
+}
+
+impl RstStatus {
+    /// The status code on the wire.
+    pub fn code(self) -> u32 {
+        match self {
+            RstStatus::ProtocolError => 1,
+            RstStatus::InvalidStream => 2,
+            RstStatus::RefusedStream => 3,
+            RstStatus::UnsupportedVersion => 4,
+            RstStatus::Cancel => 5,
+            RstStatus::InternalError => 6,
+            RstStatus::FlowControlError => 7,
+            RstStatus::StreamInUse => 8,
+            RstStatus::StreamAlreadyClosed => 9,
+            // 10 is INVALID_CREDENTIALS, which needs the CREDENTIAL frame nobody implements.
+            RstStatus::FrameTooLarge => 11,
+        }
+    }
+}
+
+/// Largest DATA frame we send; spdystream reads any size, and 16 KiB keeps streams interleaved fairly.
+const MAX_DATA_CHUNK: usize = 16 * 1024;
+/// Bytes of frames queued for the socket before `send` waits: back-pressure from a slow peer.
+const WRITE_BUDGET: usize = 256 * 1024;
+/// Bytes buffered for one stream before the socket stops being read (a frame is always admitted into an
+/// empty buffer, so single frames up to the 16 MiB protocol maximum still pass).
+const STREAM_RECV_BUFFER: usize = 512 * 1024;
+/// Bytes buffered for the whole connection: room for one maximal frame plus ordinary traffic.
+const CONN_RECV_BUFFER: usize = 20 * 1024 * 1024;
+/// Bookkeeping charged per buffered frame, so a flood of tiny frames is bounded too.
+const FRAME_OVERHEAD: usize = 64;
+/// Consumed bytes that trigger a WINDOW_UPDATE (half the SPDY/3.1 default window of 64 KiB).
+const WINDOW_UPDATE_THRESHOLD: u32 = 32 * 1024;
+/// Peer-opened streams waiting for `accept` before the socket stops being read.
+const ACCEPT_BACKLOG: usize = 64;
+/// Live streams per connection; more SYN_STREAMs are refused. Port-forward uses two per connection.
+const MAX_STREAMS: usize = 1024;
+/// How long a closing connection may take to flush what was queued before it.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// After our last frame is out, how long to keep draining the peer's bytes before closing the socket;
+/// closing with unread input would make the kernel send RST and could destroy our final frames.
+const LINGER: Duration = Duration::from_secs(2);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // State stays consistent across a panicking holder (no multi-step invariants), so ignore poison.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn closed_error() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "SPDY connection closed")
+}
+
+fn charge(len: usize) -> usize {
+    len + FRAME_OVERHEAD
+}
+
+/// Work for the writer task, in wire order. Header blocks are compressed by the writer itself because
+/// the shared zlib context must see them in exactly the order the frames are written.
+enum Outgoing {
+    /// Pre-encoded frames; `permits` go back to the write budget once written.
+    Raw {
+        bytes: Bytes,
+        permits: usize,
+    },
+    Frame {
+        frame: Frame,
+        permits: usize,
+    },
+    SynStream {
+        stream_id: u32,
+        headers: Headers,
+        fin: bool,
+    },
+    SynReply {
+        stream_id: u32,
+        headers: Headers,
+        fin: bool,
+    },
+    /// Coalesced WINDOW_UPDATE: the writer sends whatever is unacknowledged when it gets here.
+    WindowUpdate(Option<Arc<StreamShared>>),
+    /// Flush, shut the socket's write side and stop.
+    Close,
+}
+
+struct Inner {
+    role: Role,
+    state: Mutex<ConnState>,
+    out: mpsc::UnboundedSender<Outgoing>,
+    budget: Semaphore,
+    /// Bytes charged to receive buffers across all streams (only the reader adds).
+    buffered: AtomicUsize,
+    /// A receive buffer drained or went away: the reader may be able to admit the frame it holds.
+    space: Notify,
+    closing_flag: AtomicBool,
+    closing: watch::Sender<bool>,
+    writer_done: watch::Sender<bool>,
+    done: watch::Sender<bool>,
+    tasks_left: AtomicUsize,
+}
+
+struct ConnState {
+    streams: HashMap<u32, Arc<StreamShared>>,
+    next_id: u32,
+    last_peer_id: u32,
+    closing: bool,
+    session_unacked: u32,
+    session_update_queued: bool,
+}
+
+struct StreamShared {
+    id: u32,
+    /// Opened by us (SYN_STREAM sent) rather than accepted.
+    local: bool,
+    state: Mutex<StreamState>,
+    /// Wakes the RecvStream: data, FIN, reply, reset or connection end.
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct StreamState {
+    queue: VecDeque<Bytes>,
+    buffered: usize,
+    remote_closed: bool,
+    reply: Option<Headers>,
+    unacked: u32,
+    update_queued: bool,
+    needs_reply: bool,
+    local_closed: bool,
+    /// RST_STREAM status, sent or received; the stream is dead both ways.
+    reset: Option<u32>,
+    conn_ended: bool,
+    recv_dropped: bool,
+    send_dropped: bool,
+}
+
+impl StreamState {
+    fn finished(&self) -> bool {
+        self.reset.is_some() || self.conn_ended || (self.local_closed && self.remote_closed)
+    }
+
+    fn writable(&self) -> io::Result<()> {
+        if let Some(status) = self.reset {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!("stream reset (status {status})"),
+            ));
+        }
+        if self.conn_ended {
+            return Err(closed_error());
+        }
+        if self.local_closed {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "stream already finished"));
+        }
+        if self.needs_reply {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "reply() must come before data",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl StreamShared {
+    fn new(id: u32, local: bool, state: StreamState) -> Arc<Self> {
+        Arc::new(StreamShared {
+            id,
+            local,
+            state: Mutex::new(state),
+            notify: Notify::new(),
+        })
+    }
+}
+
+impl Inner {
+    fn is_closing(&self) -> bool {
+        self.closing_flag.load(Ordering::Acquire)
+    }
+
+    fn enqueue(&self, item: Outgoing) {
+        // Fails only once the writer has stopped, when nothing can be sent anyway.
+        let _ = self.out.send(item);
+    }
+
+    fn enqueue_frame(&self, frame: Frame) {
+        self.enqueue(Outgoing::Frame { frame, permits: 0 });
+    }
+
+    fn remove(&self, id: u32) {
+        lock(&self.state).streams.remove(&id);
+    }
+
+    /// Ends the session: optionally GOAWAY, then flush and close after everything already queued. Every
+    /// stream learns the connection is gone; the tasks wind down on their own.
+    fn shutdown(&self, goaway: Option<u32>) {
+        let streams = {
+            let mut conn = lock(&self.state);
+            if conn.closing {
+                return;
+            }
+            conn.closing = true;
+            self.closing_flag.store(true, Ordering::Release);
+            if let Some(status) = goaway {
+                self.enqueue_frame(Frame::GoAway {
+                    last_good_stream_id: conn.last_peer_id,
+                    status,
+                });
+            }
+            self.enqueue(Outgoing::Close);
+            std::mem::take(&mut conn.streams)
+        };
+        for s in streams.values() {
+            lock(&s.state).conn_ended = true;
+            s.notify.notify_one();
+        }
+        self.budget.close();
+        self.closing.send_replace(true);
+        self.space.notify_one();
+    }
+
+    fn task_finished(&self) {
+        if self.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.done.send_replace(true);
+        }
+    }
+
+    /// Records `n` bytes taken off the stream (consumed or discarded) for WINDOW_UPDATE.
+    fn ack(&self, stream: &Arc<StreamShared>, n: usize) {
+        let n = n as u32;
+        let session = {
+            let mut conn = lock(&self.state);
+            conn.session_unacked = conn.session_unacked.saturating_add(n);
+            let due = conn.session_unacked >= WINDOW_UPDATE_THRESHOLD && !conn.session_update_queued;
+            conn.session_update_queued |= due;
+            due
+        };
+        if session {
+            self.enqueue(Outgoing::WindowUpdate(None));
+        }
+        let mut st = lock(&stream.state);
+        st.unacked = st.unacked.saturating_add(n);
+        if st.unacked >= WINDOW_UPDATE_THRESHOLD && !st.update_queued && !st.remote_closed && !st.finished() {
+            st.update_queued = true;
+            drop(st);
+            self.enqueue(Outgoing::WindowUpdate(Some(stream.clone())));
+        }
+    }
+}
+
+/// Keeps the session alive; the last one dropped (all `Connection`s, the `Incoming` and every stream
+/// half) closes it with GOAWAY.
+struct KeepAlive {
+    inner: Arc<Inner>,
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.inner.shutdown(Some(frame::GOAWAY_OK));
+    }
+}
+
+/// A SPDY session. Cheap to clone; the session itself runs in tokio tasks. It ends on `close()`, when
+/// the peer ends it, or once every `Connection`, the `Incoming` and every stream half are dropped (a live
+/// stream keeps its session, so a task still using one is not cut off).
+#[derive(Clone)]
+pub struct Connection {
+    keep: Arc<KeepAlive>,
+}
+
+/// Streams the peer opens.
+pub struct Incoming {
+    rx: mpsc::Receiver<Stream>,
+    keep: Arc<KeepAlive>,
+}
+
+/// One SPDY stream, before being split into its receiving and sending halves.
+pub struct Stream {
+    headers: Headers,
+    recv: RecvStream,
+    send: SendStream,
+}
+
+/// The receiving half of a stream.
+pub struct RecvStream {
+    shared: Arc<StreamShared>,
+    keep: Arc<KeepAlive>,
+}
+
+/// The sending half of a stream.
+pub struct SendStream {
+    shared: Arc<StreamShared>,
+    keep: Arc<KeepAlive>,
+}
+
+impl Connection {
+    /// Starts a SPDY/3.1 session over `io` (already upgraded), spawning its driver tasks (so it must be
+    /// called inside a tokio runtime).
+    pub fn new<T>(io: T, role: Role) -> (Connection, Incoming)
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let (accept_tx, accept_rx) = mpsc::channel(ACCEPT_BACKLOG);
+        let inner = Arc::new(Inner {
+            role,
+            state: Mutex::new(ConnState {
+                streams: HashMap::new(),
+                next_id: if role == Role::Server { 2 } else { 1 },
+                last_peer_id: 0,
+                closing: false,
+                session_unacked: 0,
+                session_update_queued: false,
+            }),
+            out,
+            budget: Semaphore::new(WRITE_BUDGET),
+            buffered: AtomicUsize::new(0),
+            space: Notify::new(),
+            closing_flag: AtomicBool::new(false),
+            closing: watch::Sender::new(false),
+            writer_done: watch::Sender::new(false),
+            done: watch::Sender::new(false),
+            tasks_left: AtomicUsize::new(2),
+        });
+        let keep = Arc::new(KeepAlive { inner: inner.clone() });
+        let (r, w) = tokio::io::split(io);
+        tokio::spawn(run_reader(inner.clone(), Arc::downgrade(&keep), accept_tx, r));
+        tokio::spawn(run_writer(inner, out_rx, w));
+        (Connection { keep: keep.clone() }, Incoming { rx: accept_rx, keep })
+    }
+
+    /// Opens a stream (SYN_STREAM with these headers; fin = no data will follow from us).
+    pub async fn open(&self, headers: Headers, fin: bool) -> io::Result<Stream> {
+        let inner = &self.keep.inner;
+        let shared = {
+            let mut conn = lock(&inner.state);
+            if conn.closing {
+                return Err(closed_error());
+            }
+            let id = conn.next_id;
+            if id > 0x7fff_ffff {
+                return Err(io::Error::other("SPDY stream ids exhausted"));
+            }
+            conn.next_id += 2;
+            let shared = StreamShared::new(
+                id,
+                true,
+                StreamState {
+                    local_closed: fin,
+                    ..StreamState::default()
+                },
+            );
+            conn.streams.insert(id, shared.clone());
+            // Queued under the lock so SYN_STREAMs go out in increasing id order, as the peer requires.
+            inner.enqueue(Outgoing::SynStream {
+                stream_id: id,
+                headers: headers.clone(),
+                fin,
+            });
+            shared
+        };
+        Ok(Stream::new(shared, headers, self.keep.clone()))
+    }
+
+    /// Sends GOAWAY and closes the connection after pending frames are written.
+    pub fn close(&self) {
+        self.keep.inner.shutdown(Some(frame::GOAWAY_OK));
+    }
+
+    /// Resolves when the connection has ended (peer closed, GOAWAY, error, or close()) and its tasks
+    /// have let go of the transport.
+    pub async fn closed(&self) {
+        let mut done = self.keep.inner.done.subscribe();
+        let _ = done.wait_for(|d| *d).await;
+    }
+}
+
+impl Incoming {
+    /// Streams the peer opened (SYN_STREAM), in order; None once the connection ended. Cancel-safe.
+    pub async fn accept(&mut self) -> Option<Stream> {
+        let mut closing = self.keep.inner.closing.subscribe();
+        tokio::select! {
+            biased;
+            _ = closing.wait_for(|c| *c) => None,
+            stream = self.rx.recv() => stream,
+        }
+    }
+}
+
+impl Stream {
+    fn new(shared: Arc<StreamShared>, headers: Headers, keep: Arc<KeepAlive>) -> Stream {
+        Stream {
+            headers,
+            recv: RecvStream {
+                shared: shared.clone(),
+                keep: keep.clone(),
+            },
+            send: SendStream { shared, keep },
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.recv.shared.id
+    }
+
+    /// The SYN_STREAM's headers (the peer's for accepted streams, ours for opened ones).
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+
+    /// The first value of a header; `name` is matched case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn split(self) -> (RecvStream, SendStream) {
+        (self.recv, self.send)
+    }
+}
+
+impl RecvStream {
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// Next DATA payload; None after the peer's FIN, a RST_STREAM, or the connection's end. Data that
+    /// arrived before any of those is delivered first, as spdystream does (it hands each DATA frame to
+    /// the reader before it looks at the next frame); only our own `reset` discards it. Cancel-safe.
+    pub async fn recv(&mut self) -> Option<Bytes> {
+        let inner = &self.keep.inner;
+        loop {
+            {
+                let mut st = lock(&self.shared.state);
+                if let Some(data) = st.queue.pop_front() {
+                    st.buffered -= charge(data.len());
+                    drop(st);
+                    inner.buffered.fetch_sub(charge(data.len()), Ordering::AcqRel);
+                    inner.space.notify_one();
+                    inner.ack(&self.shared, data.len());
+                    return Some(data);
+                }
+                if st.remote_closed || st.conn_ended || st.reset.is_some() {
+                    return None;
+                }
+            }
+            self.shared.notify.notified().await;
+        }
+    }
+
+    /// For streams we opened: waits for the peer's SYN_REPLY and returns its headers.
+    pub async fn reply_headers(&mut self) -> io::Result<Headers> {
+        if !self.shared.local {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the peer opened this stream",
+            ));
+        }
+        loop {
+            {
+                let st = lock(&self.shared.state);
+                if let Some(headers) = &st.reply {
+                    return Ok(headers.clone());
+                }
+                match st.reset {
+                    Some(status) if status == RstStatus::RefusedStream.code() => {
+                        return Err(io::Error::new(io::ErrorKind::ConnectionRefused, "stream refused"))
+                    }
+                    Some(status) => {
+                        let msg = format!("stream reset (status {status})");
+                        return Err(io::Error::new(io::ErrorKind::ConnectionReset, msg));
+                    }
+                    None if st.conn_ended => return Err(closed_error()),
+                    None if st.remote_closed => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "stream closed without SYN_REPLY",
+                        ))
+                    }
+                    None => {}
+                }
+            }
+            self.shared.notify.notified().await;
+        }
+    }
+}
+
+impl Drop for RecvStream {
+    fn drop(&mut self) {
+        let inner = &self.keep.inner;
+        let (freed, raw, both) = {
+            let mut st = lock(&self.shared.state);
+            st.recv_dropped = true;
+            let raw: usize = st.queue.drain(..).map(|b| b.len()).sum();
+            (std::mem::take(&mut st.buffered), raw, st.send_dropped)
+        };
+        if freed > 0 {
+            inner.buffered.fetch_sub(freed, Ordering::AcqRel);
+            inner.space.notify_one();
+            inner.ack(&self.shared, raw);
+        }
+        if both {
+            release_stream(inner, &self.shared);
+        }
+    }
+}
+
+impl SendStream {
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// For accepted streams: SYN_REPLY (must come before any data on it). On a stream the peer opened
+    /// unidirectional there is nothing to answer, and this does nothing.
+    pub async fn reply(&mut self, headers: Headers, fin: bool) -> io::Result<()> {
+        let inner = &self.keep.inner;
+        if self.shared.local {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot reply on a stream we opened",
+            ));
+        }
+        let finished = {
+            let mut st = lock(&self.shared.state);
+            if !st.needs_reply {
+                if st.local_closed && st.reset.is_none() && !st.conn_ended {
+                    return Ok(()); // unidirectional
+                }
+                st.writable()?;
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "stream already replied"));
+            }
+            st.needs_reply = false;
+            st.writable()?;
+            st.local_closed = fin;
+            inner.enqueue(Outgoing::SynReply {
+                stream_id: self.shared.id,
+                headers,
+                fin,
+            });
+            st.finished()
+        };
+        if finished {
+            inner.remove(self.shared.id);
+        }
+        Ok(())
+    }
+
+    /// Sends `data` as DATA frames of at most 16 KiB, waiting while too much is queued for the socket.
+    /// Returns once the data is queued (not yet written). Cancelling it may leave a prefix sent.
+    pub async fn send(&mut self, data: &[u8]) -> io::Result<()> {
+        let inner = &self.keep.inner;
+        for chunk in data.chunks(MAX_DATA_CHUNK) {
+            lock(&self.shared.state).writable()?;
+            let len = frame::HEADER_LEN + chunk.len();
+            let permit = inner
+                .budget
+                .acquire_many(len as u32)
+                .await
+                .map_err(|_| closed_error())?;
+            // Checked again under the lock that orders us against reset/finish from elsewhere.
+            let st = lock(&self.shared.state);
+            st.writable()?;
+            let mut buf = BytesMut::with_capacity(len);
+            frame::put_data_header(&mut buf, self.shared.id, false, chunk.len());
+            buf.extend_from_slice(chunk);
+            permit.forget();
+            inner.enqueue(Outgoing::Raw {
+                bytes: buf.freeze(),
+                permits: len,
+            });
+            drop(st);
+        }
+        Ok(())
+    }
+
+    /// Half-closes our side (an empty DATA frame with FLAG_FIN, as spdystream does). Finishing twice is
+    /// fine.
+    pub async fn finish(&mut self) -> io::Result<()> {
+        let inner = &self.keep.inner;
+        let finished = {
+            let mut st = lock(&self.shared.state);
+            if st.local_closed && st.reset.is_none() && !st.conn_ended {
+                return Ok(());
+            }
+            st.writable()?;
+            st.local_closed = true;
+            inner.enqueue(Outgoing::Frame {
+                frame: Frame::Data {
+                    stream_id: self.shared.id,
+                    fin: true,
+                    data: Bytes::new(),
+                },
+                permits: 0,
+            });
+            st.finished()
+        };
+        if finished {
+            inner.remove(self.shared.id);
+        }
+        Ok(())
+    }
+
+    /// RST_STREAM with `status`: the stream ends both ways, and buffered incoming data is discarded.
+    pub fn reset(&self, status: RstStatus) {
+        reset_stream(&self.keep.inner, &self.shared, status);
+    }
+}
+
+impl Drop for SendStream {
+    fn drop(&mut self) {
+        let inner = &self.keep.inner;
+        let (refuse, both) = {
+            let mut st = lock(&self.shared.state);
+            st.send_dropped = true;
+            let mut refuse = false;
+            if st.reset.is_none() && !st.conn_ended && !st.local_closed {
+                if st.needs_reply {
+                    refuse = true;
+                } else {
+                    // Dropping the writer is the end of our data, like closing a pipe.
+                    st.local_closed = true;
+                    inner.enqueue(Outgoing::Frame {
+                        frame: Frame::Data {
+                            stream_id: self.shared.id,
+                            fin: true,
+                            data: Bytes::new(),
+                        },
+                        permits: 0,
+                    });
+                }
+            }
+            (refuse, st.recv_dropped)
+        };
+        if refuse {
+            // An accepted stream dropped unanswered was refused (spdystream's Stream.Refuse does the same).
+            reset_stream(inner, &self.shared, RstStatus::RefusedStream);
+        }
+        if both || lock(&self.shared.state).finished() {
+            release_stream(inner, &self.shared);
+        }
+    }
+}
+
+fn reset_stream(inner: &Inner, shared: &Arc<StreamShared>, status: RstStatus) {
+    {
+        let mut st = lock(&shared.state);
+        if st.reset.is_some() || st.conn_ended || (st.local_closed && st.remote_closed) {
+            return;
+        }
+        st.reset = Some(status.code());
+        inner
+            .buffered
+            .fetch_sub(std::mem::take(&mut st.buffered), Ordering::AcqRel);
+        st.queue.clear();
+        inner.enqueue_frame(Frame::RstStream {
+            stream_id: shared.id,
+            status: status.code(),
+        });
+    }
+    shared.notify.notify_one();
+    inner.space.notify_one();
+    inner.remove(shared.id);
+}
+
+/// Both halves are gone (or the stream is over): a peer still sending is told to stop, and the entry
+/// goes so the connection does not accumulate dead streams.
+fn release_stream(inner: &Inner, shared: &Arc<StreamShared>) {
+    let cancel = {
+        let st = lock(&shared.state);
+        st.recv_dropped && st.send_dropped && !st.remote_closed && st.reset.is_none() && !st.conn_ended
+    };
+    if cancel {
+        reset_stream(inner, shared, RstStatus::Cancel);
+    }
+    inner.remove(shared.id);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Writer task
+
+async fn run_writer<W: AsyncWrite + Unpin>(inner: Arc<Inner>, rx: mpsc::UnboundedReceiver<Outgoing>, w: W) {
+    let mut closing = inner.closing.subscribe();
+    let result = tokio::select! {
+        r = write_loop(&inner, rx, w) => r,
+        _ = async {
+            let _ = closing.wait_for(|c| *c).await;
+            tokio::time::sleep(FLUSH_TIMEOUT).await;
+        } => Err(io::Error::new(io::ErrorKind::TimedOut, "peer did not take our last frames")),
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "SPDY writer stopped");
+        inner.shutdown(None);
+    }
+    inner.writer_done.send_replace(true);
+    inner.task_finished();
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    inner: &Inner,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    w: W,
+) -> io::Result<()> {
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let mut compressor = Compressor::new();
+    let mut buf = BytesMut::with_capacity(1024);
+    while let Some(first) = rx.recv().await {
+        let mut item = Some(first);
+        while let Some(next) = item {
+            buf.clear();
+            let permits = match next {
+                Outgoing::Close => {
+                    w.flush().await?;
+                    return w.shutdown().await;
+                }
+                Outgoing::Raw { bytes, permits } => {
+                    w.write_all(&bytes).await?;
+                    permits
+                }
+                Outgoing::Frame { frame, permits } => {
+                    frame.encode(&mut buf);
+                    permits
+                }
+                Outgoing::SynStream {
+                    stream_id,
+                    headers,
+                    fin,
+                } => {
+                    let block = compressor.compress(&headers).map_err(io::Error::other)?;
+                    let frame = Frame::SynStream {
+                        stream_id,
+                        associated_id: 0,
+                        priority: 0,
+                        slot: 0,
+                        fin,
+                        unidirectional: false,
+                        block: block.into(),
+                    };
+                    frame.encode(&mut buf);
+                    0
+                }
+                Outgoing::SynReply {
+                    stream_id,
+                    headers,
+                    fin,
+                } => {
+                    let block = compressor.compress(&headers).map_err(io::Error::other)?;
+                    Frame::SynReply {
+                        stream_id,
+                        fin,
+                        block: block.into(),
+                    }
+                    .encode(&mut buf);
+                    0
+                }
+                Outgoing::WindowUpdate(stream) => {
+                    if let Some(frame) = window_update(inner, stream) {
+                        frame.encode(&mut buf);
+                    }
+                    0
+                }
+            };
+            if !buf.is_empty() {
+                w.write_all(&buf).await?;
+            }
+            if permits > 0 {
+                inner.budget.add_permits(permits);
+            }
+            item = rx.try_recv().ok();
+        }
+        w.flush().await?;
+    }
+    Ok(())
+}
+
+fn window_update(inner: &Inner, stream: Option<Arc<StreamShared>>) -> Option<Frame> {
+    let (stream_id, delta) = match stream {
+        None => {
+            let mut conn = lock(&inner.state);
+            conn.session_update_queued = false;
+            (0, std::mem::take(&mut conn.session_unacked))
+        }
+        Some(s) => {
+            let mut st = lock(&s.state);
+            st.update_queued = false;
+            let delta = std::mem::take(&mut st.unacked);
+            if st.remote_closed || st.finished() {
+                return None;
+            }
+            (s.id, delta)
+        }
+    };
+    (delta > 0).then_some(Frame::WindowUpdate {
+        stream_id,
+        delta: delta.min(0x7fff_ffff),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Reader task
+
+/// Why the read loop stopped.
+enum ReadEnd {
+    /// EOF or an I/O error: the peer is gone.
+    Gone,
+    /// The peer broke the protocol: GOAWAY(PROTOCOL_ERROR).
+    Protocol(String),
+    /// The peer sent GOAWAY.
+    GoAway,
+    /// We are shutting down (noticed by a wait inside the loop).
+    Closing,
+}
+
+async fn run_reader<R: AsyncRead + Unpin>(
+    inner: Arc<Inner>,
+    keep: Weak<KeepAlive>,
+    accept_tx: mpsc::Sender<Stream>,
+    mut r: R,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut closing = inner.closing.subscribe();
+    let end = tokio::select! {
+        end = read_loop(&inner, &keep, &accept_tx, &mut r, &mut buf) => Some(end),
+        _ = closing.wait_for(|c| *c) => None,
+    };
+    drop(accept_tx);
+    match end {
+        Some(ReadEnd::Protocol(why)) => {
+            tracing::debug!(error = %why, "SPDY protocol error from peer");
+            inner.shutdown(Some(frame::GOAWAY_PROTOCOL_ERROR));
+        }
+        Some(ReadEnd::GoAway) => inner.shutdown(None),
+        Some(ReadEnd::Gone) => {
+            inner.shutdown(None);
+            inner.task_finished();
+            return;
+        }
+        Some(ReadEnd::Closing) | None => {}
+    }
+    // Drain (and ignore) what the peer still sends until it closes, or until our last frames have had
+    // time to arrive after the writer finished.
+    let mut writer_done = inner.writer_done.subscribe();
+    let drain = async {
+        loop {
+            buf.clear();
+            buf.reserve(16 * 1024);
+            match r.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::select! {
+        _ = drain => {}
+        _ = async {
+            let _ = writer_done.wait_for(|d| *d).await;
+            tokio::time::sleep(LINGER).await;
+        } => {}
+    }
+    inner.task_finished();
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    inner: &Arc<Inner>,
+    keep: &Weak<KeepAlive>,
+    accept_tx: &mpsc::Sender<Stream>,
+    r: &mut R,
+    buf: &mut BytesMut,
+) -> ReadEnd {
+    let mut decompressor = Decompressor::new();
+    loop {
+        let frame = match frame::decode(buf) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                let want = frame::frame_len(buf).unwrap_or(frame::HEADER_LEN).max(buf.len() + 1);
+                buf.reserve((want - buf.len()).max(16 * 1024));
+                match r.read_buf(buf).await {
+                    Ok(0) | Err(_) => return ReadEnd::Gone,
+                    Ok(_) => continue,
+                }
+            }
+            Err(e) => return ReadEnd::Protocol(e.to_string()),
+        };
+        if let Err(end) = handle_frame(inner, keep, accept_tx, &mut decompressor, frame).await {
+            return end;
+        }
+    }
+}
+
+async fn handle_frame(
+    inner: &Arc<Inner>,
+    keep: &Weak<KeepAlive>,
+    accept_tx: &mpsc::Sender<Stream>,
+    decompressor: &mut Decompressor,
+    frame: Frame,
+) -> Result<(), ReadEnd> {
+    // Every header block must go through the decompressor, whatever happens to its frame, or the
+    // shared zlib context falls out of step with the peer's.
+    let mut decode = |block: &[u8]| match decompressor.decode(block) {
+        Ok(headers) => Ok(Ok(headers)),
+        Err(e) if e.is_stream_error() => Ok(Err(e)),
+        Err(e) => Err(ReadEnd::Protocol(e.to_string())),
+    };
+    match frame {
+        Frame::Data { stream_id, fin, data } => on_data(inner, stream_id, fin, data).await,
+        Frame::SynStream {
+            stream_id,
+            fin,
+            unidirectional,
+            block,
+            ..
+        } => {
+            let headers = decode(&block)?;
+            on_syn_stream(inner, keep, accept_tx, stream_id, fin, unidirectional, headers).await
+        }
+        Frame::SynReply { stream_id, fin, block } => {
+            let headers = decode(&block)?;
+            let Some(s) = lookup(inner, stream_id) else {
+                return Ok(());
+            };
+            let headers = match headers {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::debug!(stream = stream_id, error = %e, "bad SYN_REPLY headers");
+                    reset_stream(inner, &s, RstStatus::ProtocolError);
+                    return Ok(());
+                }
+            };
+            let finished = {
+                let mut st = lock(&s.state);
+                // spdystream ignores a second SYN_REPLY, and so do we.
+                if !s.local || st.reply.is_some() {
+                    return Ok(());
+                }
+                st.reply = Some(headers);
+                st.remote_closed |= fin;
+                st.finished()
+            };
+            s.notify.notify_one();
+            if finished {
+                inner.remove(stream_id);
+            }
+            Ok(())
+        }
+        Frame::Headers { stream_id, fin, block } => {
+            // Additional headers have no use in these protocols; only their FIN matters.
+            let _ = decode(&block)?;
+            if fin {
+                if let Some(s) = lookup(inner, stream_id) {
+                    remote_finished(inner, &s);
+                }
+            }
+            Ok(())
+        }
+        Frame::RstStream { stream_id, status } => {
+            if let Some(s) = lookup(inner, stream_id) {
+                // What was buffered stays readable; nothing more will be added.
+                lock(&s.state).reset = Some(status);
+                s.notify.notify_one();
+                inner.remove(stream_id);
+            }
+            Ok(())
+        }
+        Frame::Ping { id } => {
+            // Pings we originate have our parity; the others are the peer's and are echoed.
+            let ours = if inner.role == Role::Server { 0 } else { 1 };
+            // Id 0 is invalid, and spdystream fails the whole connection on reading one.
+            if id & 1 != ours && id != 0 {
+                send_control(inner, Frame::Ping { id }).await?;
+            }
+            Ok(())
+        }
+        Frame::GoAway {
+            last_good_stream_id,
+            status,
+        } => {
+            tracing::debug!(last_good_stream_id, status, "SPDY GOAWAY from peer");
+            Err(ReadEnd::GoAway)
+        }
+        // Windows are not enforced on what we send (see the module comment), so SETTINGS (including
+        // INITIAL_WINDOW_SIZE) and WINDOW_UPDATE need no action.
+        Frame::Settings { .. } | Frame::WindowUpdate { .. } | Frame::Unknown { .. } => Ok(()),
+    }
+}
+
+fn lookup(inner: &Inner, id: u32) -> Option<Arc<StreamShared>> {
+    lock(&inner.state).streams.get(&id).cloned()
+}
+
+fn remote_finished(inner: &Inner, s: &Arc<StreamShared>) {
+    let finished = {
+        let mut st = lock(&s.state);
+        st.remote_closed = true;
+        st.finished()
+    };
+    s.notify.notify_one();
+    if finished {
+        inner.remove(s.id);
+    }
+}
+
+/// Queues a control frame from the reader, within the write budget so a peer that floods PINGs but
+/// never reads cannot grow our queue.
+async fn send_control(inner: &Inner, frame: Frame) -> Result<(), ReadEnd> {
+    const PERMITS: usize = 16;
+    match inner.budget.acquire_many(PERMITS as u32).await {
+        Ok(permit) => {
+            permit.forget();
+            inner.enqueue(Outgoing::Frame {
+                frame,
+                permits: PERMITS,
+            });
+            Ok(())
+        }
+        Err(_) => Err(ReadEnd::Closing),
+    }
+}
+
+async fn on_data(inner: &Inner, stream_id: u32, fin: bool, data: Bytes) -> Result<(), ReadEnd> {
+    // DATA for a stream we do not know is dropped, as spdystream does: typically it raced our reset.
+    let Some(s) = lookup(inner, stream_id) else {
+        return Ok(());
+    };
+    if !data.is_empty() {
+        let cost = charge(data.len());
+        loop {
+            // Registered before checking, so a consumer freeing space in between is not missed.
+            let space = inner.space.notified();
+            {
+                let mut st = lock(&s.state);
+                if st.recv_dropped || st.remote_closed || st.finished() {
+                    // Nobody will read it (or the peer kept writing after its FIN): discard.
+                    drop(st);
+                    inner.ack(&s, data.len());
+                    break;
+                }
+                let stream_ok = st.buffered == 0 || st.buffered + cost <= STREAM_RECV_BUFFER;
+                let conn_ok = inner.buffered.load(Ordering::Acquire) + cost <= CONN_RECV_BUFFER;
+                if stream_ok && conn_ok {
+                    st.buffered += cost;
+                    inner.buffered.fetch_add(cost, Ordering::AcqRel);
+                    st.queue.push_back(data);
+                    drop(st);
+                    s.notify.notify_one();
+                    break;
+                }
+            }
+            // Back-pressure: stop reading the socket until the application catches up.
+            space.await;
+            if inner.is_closing() {
+                return Err(ReadEnd::Closing);
+            }
+        }
+    }
+    if fin {
+        remote_finished(inner, &s);
+    }
+    Ok(())
+}
+
+async fn on_syn_stream(
+    inner: &Arc<Inner>,
+    keep: &Weak<KeepAlive>,
+    accept_tx: &mpsc::Sender<Stream>,
+    stream_id: u32,
+    fin: bool,
+    unidirectional: bool,
+    headers: Result<Headers, headers::HeaderError>,
+) -> Result<(), ReadEnd> {
+    let peer_parity = if inner.role == Role::Server { 1 } else { 0 };
+    let shared = {
+        let mut conn = lock(&inner.state);
+        if conn.closing {
+            return Ok(());
+        }
+        if stream_id & 1 != peer_parity || stream_id <= conn.last_peer_id {
+            // What spdystream does with an id out of sequence: refuse that stream, keep the session.
+            tracing::debug!(stream = stream_id, "SYN_STREAM with an invalid stream id");
+            Err(RstStatus::ProtocolError)
+        } else if headers.is_err() {
+            conn.last_peer_id = stream_id;
+            Err(RstStatus::ProtocolError)
+        } else if conn.streams.len() >= MAX_STREAMS {
+            conn.last_peer_id = stream_id;
+            Err(RstStatus::RefusedStream)
+        } else {
+            conn.last_peer_id = stream_id;
+            let state = StreamState {
+                remote_closed: fin,
+                local_closed: unidirectional,
+                needs_reply: !unidirectional,
+                ..StreamState::default()
+            };
+            let shared = StreamShared::new(stream_id, false, state);
+            if !(fin && unidirectional) {
+                conn.streams.insert(stream_id, shared.clone());
+            }
+            Ok(shared)
+        }
+    };
+    let (shared, headers) = match (shared, headers) {
+        (Ok(shared), Ok(headers)) => (shared, headers),
+        (shared, headers) => {
+            let status = shared.err().unwrap_or(RstStatus::ProtocolError);
+            if let Err(e) = headers {
+                tracing::debug!(stream = stream_id, error = %e, "bad SYN_STREAM headers");
+            }
+            return send_control(
+                inner,
+                Frame::RstStream {
+                    stream_id,
+                    status: status.code(),
+                },
+            )
+            .await;
+        }
+    };
+    // Every handle gone means the session is shutting down; the stream dies with it.
+    let Some(keep) = keep.upgrade() else {
+        return Err(ReadEnd::Closing);
+    };
+    let stream = Stream::new(shared, headers, keep);
+    // A full backlog stops the reader: back-pressure on a peer opening streams faster than we accept.
+    // If `Incoming` is gone the stream is dropped here, which refuses it.
+    let _ = accept_tx.send(stream).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use tokio::io::DuplexStream;
+
+    use super::*;
+
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    fn h(pairs: &[(&str, &str)]) -> Headers {
+        pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    async fn within<F: Future>(f: F) -> F::Output {
+        tokio::time::timeout(PATIENCE, f).await.expect("timed out")
+    }
+
+    async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !cond() {
+            assert!(tokio::time::Instant::now() < deadline, "never happened: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn live_streams(c: &Connection) -> usize {
+        lock(&c.keep.inner.state).streams.len()
+    }
+
+    fn pair() -> ((Connection, Incoming), (Connection, Incoming)) {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        (Connection::new(a, Role::Client), Connection::new(b, Role::Server))
+    }
+
+    async fn read_all(r: &mut RecvStream) -> Vec<u8> {
+        let mut all = Vec::new();
+        while let Some(chunk) = within(r.recv()).await {
+            all.extend_from_slice(&chunk);
+        }
+        all
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                (i as u8)
+                    .wrapping_mul(31)
+                    .wrapping_add((i >> 10) as u8)
+                    .wrapping_add(seed)
+            })
+            .collect()
+    }
+
+    /// The peer side written by hand: raw frames, its own compression contexts.
+    struct RawPeer {
+        io: DuplexStream,
+        buf: BytesMut,
+        compressor: Compressor,
+        decompressor: Decompressor,
+    }
+
+    impl RawPeer {
+        async fn write(&mut self, bytes: &[u8]) {
+            self.io.write_all(bytes).await.unwrap();
+        }
+
+        async fn send(&mut self, frame: Frame) {
+            let mut buf = BytesMut::new();
+            frame.encode(&mut buf);
+            self.write(&buf).await;
+        }
+
+        fn block(&mut self, headers: &[(&str, &str)]) -> Bytes {
+            self.compressor.compress(&h(headers)).unwrap().into()
+        }
+
+        async fn syn_stream(&mut self, stream_id: u32, headers: &[(&str, &str)], fin: bool) {
+            let block = self.block(headers);
+            self.send(Frame::SynStream {
+                stream_id,
+                associated_id: 0,
+                priority: 0,
+                slot: 0,
+                fin,
+                unidirectional: false,
+                block,
+            })
+            .await;
+        }
+
+        /// The next frame from the server; None at EOF.
+        async fn frame(&mut self) -> Option<Frame> {
+            within(async {
+                loop {
+                    if let Some(frame) = frame::decode(&mut self.buf).unwrap() {
+                        return Some(frame);
+                    }
+                    if self.io.read_buf(&mut self.buf).await.unwrap() == 0 {
+                        return None;
+                    }
+                }
+            })
+            .await
+        }
+
+        /// The next frame that is not a WINDOW_UPDATE.
+        async fn frame_skipping_updates(&mut self) -> Option<Frame> {
+            loop {
+                match self.frame().await {
+                    Some(Frame::WindowUpdate { .. }) => continue,
+                    other => return other,
+                }
+            }
+        }
+
+        fn headers(&mut self, block: &[u8]) -> Headers {
+            self.decompressor.decode(block).unwrap()
+        }
+    }
+
+    fn server_with_raw_peer() -> (Connection, Incoming, RawPeer) {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let (server, incoming) = Connection::new(b, Role::Server);
+        let peer = RawPeer {
+            io: a,
+            buf: BytesMut::new(),
+            compressor: Compressor::new(),
+            decompressor: Decompressor::new(),
+        };
+        (server, incoming, peer)
+    }
+
+    /// Accepts one stream and answers it with empty headers, as the kubelet's server does.
+    async fn accept_and_reply(incoming: &mut Incoming) -> (Headers, RecvStream, SendStream) {
+        let stream = within(incoming.accept()).await.expect("a stream");
+        let headers = stream.headers().clone();
+        let (recv, mut send) = stream.split();
+        send.reply(Headers::new(), false).await.unwrap();
+        (headers, recv, send)
+    }
+
+    #[tokio::test]
+    async fn open_reply_data_and_half_close() {
+        let ((client, _ci), (server, mut si)) = pair();
+        let stream = client
+            .open(h(&[("streamtype", "data"), ("port", "80"), ("requestid", "0")]), false)
+            .await
+            .unwrap();
+        assert_eq!(stream.id(), 1);
+        assert_eq!(stream.header("port"), Some("80"));
+        let (mut crecv, mut csend) = stream.split();
+
+        let accepted = within(si.accept()).await.unwrap();
+        assert_eq!(accepted.id(), 1);
+        assert_eq!(accepted.header("StreamType"), Some("data"));
+        assert_eq!(
+            accepted.headers(),
+            &h(&[("streamtype", "data"), ("port", "80"), ("requestid", "0")])
+        );
+        let (mut srecv, mut ssend) = accepted.split();
+        assert_eq!(
+            ssend.send(b"too early").await.unwrap_err().kind(),
+            io::ErrorKind::InvalidInput,
+            "data before SYN_REPLY"
+        );
+        ssend.reply(h(&[("X-Reply", "yes")]), false).await.unwrap();
+        assert_eq!(
+            ssend.reply(Headers::new(), false).await.unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(within(crecv.reply_headers()).await.unwrap(), h(&[("x-reply", "yes")]));
+
+        csend.send(b"ping").await.unwrap();
+        assert_eq!(within(srecv.recv()).await.unwrap(), &b"ping"[..]);
+        ssend.send(b"pong").await.unwrap();
+        assert_eq!(within(crecv.recv()).await.unwrap(), &b"pong"[..]);
+
+        // Half-close from the client: the server reads EOF but can still write.
+        csend.finish().await.unwrap();
+        csend.finish().await.unwrap();
+        assert_eq!(csend.send(b"x").await.unwrap_err().kind(), io::ErrorKind::BrokenPipe);
+        assert_eq!(within(srecv.recv()).await, None);
+        assert_eq!(within(srecv.recv()).await, None);
+        ssend.send(b"after your fin").await.unwrap();
+        assert_eq!(within(crecv.recv()).await.unwrap(), &b"after your fin"[..]);
+        ssend.finish().await.unwrap();
+        assert_eq!(within(crecv.recv()).await, None);
+
+        // Closed both ways: neither side keeps the stream.
+        eventually("streams forgotten", || {
+            live_streams(&client) == 0 && live_streams(&server) == 0
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn server_opens_even_streams() {
+        let ((client, mut ci), (server, _si)) = pair();
+        let first = server.open(h(&[("a", "1")]), false).await.unwrap();
+        let second = server.open(h(&[("a", "2")]), true).await.unwrap();
+        assert_eq!((first.id(), second.id()), (2, 4));
+        let (_ca, mut ca_recv, mut ca_send) = accept_and_reply(&mut ci).await;
+        let b = within(ci.accept()).await.unwrap();
+        assert_eq!((b.id(), b.header("a")), (4, Some("2")));
+        let (mut first_recv, mut first_send) = first.split();
+        assert_eq!(within(first_recv.reply_headers()).await.unwrap(), Headers::new());
+        assert_eq!(
+            first_send.reply(Headers::new(), false).await.unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        first_send.send(b"from server").await.unwrap();
+        assert_eq!(within(ca_recv.recv()).await.unwrap(), &b"from server"[..]);
+        ca_send.send(b"from client").await.unwrap();
+        assert_eq!(within(first_recv.recv()).await.unwrap(), &b"from client"[..]);
+        // The second stream was opened with FIN: the client reads EOF at once.
+        let (mut b_recv, _b_send) = b.split();
+        assert_eq!(within(b_recv.recv()).await, None);
+        drop(client);
+    }
+
+    #[tokio::test]
+    async fn reset_by_client_ends_the_stream_on_both_sides() {
+        let ((client, _ci), (_server, mut si)) = pair();
+        let (mut crecv, mut csend) = client.open(Headers::new(), false).await.unwrap().split();
+        let (_, mut srecv, mut ssend) = accept_and_reply(&mut si).await;
+        within(crecv.reply_headers()).await.unwrap();
+        csend.send(b"doomed").await.unwrap();
+        csend.reset(RstStatus::Cancel);
+        // Locally everything stops at once.
+        assert_eq!(within(crecv.recv()).await, None);
+        assert_eq!(
+            csend.send(b"x").await.unwrap_err().kind(),
+            io::ErrorKind::ConnectionReset
+        );
+        // The server may see the data before the reset, then nothing more.
+        while let Some(data) = within(srecv.recv()).await {
+            assert_eq!(data, &b"doomed"[..]);
+        }
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match ssend.send(b"anyone?").await {
+                Err(e) => break assert_eq!(e.kind(), io::ErrorKind::ConnectionReset),
+                Ok(()) => assert!(tokio::time::Instant::now() < deadline),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn reset_by_server_fails_the_clients_wait_for_a_reply() {
+        let ((client, _ci), (_server, mut si)) = pair();
+        let (mut crecv, _csend) = client.open(Headers::new(), false).await.unwrap().split();
+        let stream = within(si.accept()).await.unwrap();
+        let (_srecv, ssend) = stream.split();
+        ssend.reset(RstStatus::InternalError);
+        assert_eq!(
+            within(crecv.reply_headers()).await.unwrap_err().kind(),
+            io::ErrorKind::ConnectionReset
+        );
+        assert_eq!(within(crecv.recv()).await, None);
+    }
+
+    #[tokio::test]
+    async fn data_before_a_peer_reset_is_still_delivered() {
+        // client-go closes a connection by resetting every stream: what arrived first must survive it.
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.syn_stream(1, &[], false).await;
+        peer.send(Frame::Data {
+            stream_id: 1,
+            fin: false,
+            data: Bytes::from_static(b"abc"),
+        })
+        .await;
+        peer.send(Frame::Data {
+            stream_id: 1,
+            fin: true,
+            data: Bytes::from_static(b"def"),
+        })
+        .await;
+        peer.send(Frame::RstStream {
+            stream_id: 1,
+            status: RstStatus::Cancel.code(),
+        })
+        .await;
+        peer.syn_stream(3, &[], false).await;
+        let (mut recv, mut send) = within(incoming.accept()).await.unwrap().split();
+        within(incoming.accept()).await.unwrap(); // stream 3: the reset has been processed
+        assert_eq!(read_all(&mut recv).await, b"abcdef");
+        let err = send.reply(Headers::new(), false).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+    }
+
+    #[tokio::test]
+    async fn a_maximal_data_frame_is_accepted_whole() {
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.syn_stream(1, &[], false).await;
+        let (_, mut recv, _send) = accept_and_reply(&mut incoming).await;
+        let big = pattern(frame::MAX_PAYLOAD, 5);
+        let writer = tokio::spawn(async move {
+            peer.send(Frame::Data {
+                stream_id: 1,
+                fin: true,
+                data: big.into(),
+            })
+            .await;
+            peer
+        });
+        assert!(read_all(&mut recv).await == pattern(frame::MAX_PAYLOAD, 5));
+        within(writer).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn headers_fin_and_unidirectional_streams() {
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.syn_stream(1, &[], false).await;
+        let block = peer.block(&[("ignored", "yes")]);
+        peer.send(Frame::Headers {
+            stream_id: 1,
+            fin: true,
+            block,
+        })
+        .await;
+        let (_, mut recv, _send) = accept_and_reply(&mut incoming).await;
+        assert_eq!(within(recv.recv()).await, None);
+        // FLAG_UNIDIRECTIONAL: the peer expects neither a reply nor data from us.
+        let block = peer.block(&[("streamtype", "stdin")]);
+        peer.send(Frame::SynStream {
+            stream_id: 3,
+            associated_id: 0,
+            priority: 0,
+            slot: 0,
+            fin: false,
+            unidirectional: true,
+            block,
+        })
+        .await;
+        let (mut recv, mut send) = within(incoming.accept()).await.unwrap().split();
+        send.reply(Headers::new(), false).await.unwrap();
+        assert_eq!(send.send(b"x").await.unwrap_err().kind(), io::ErrorKind::BrokenPipe);
+        peer.send(Frame::Data {
+            stream_id: 3,
+            fin: true,
+            data: Bytes::from_static(b"in"),
+        })
+        .await;
+        assert_eq!(read_all(&mut recv).await, b"in");
+        // Only the SYN_REPLY for stream 1 went out.
+        assert!(matches!(peer.frame().await, Some(Frame::SynReply { stream_id: 1, .. })));
+        drop((recv, send));
+        peer.send(Frame::Ping { id: 5 }).await;
+        assert_eq!(peer.frame_skipping_updates().await, Some(Frame::Ping { id: 5 }));
+    }
+
+    #[tokio::test]
+    async fn a_stream_dropped_unanswered_is_refused() {
+        let ((client, _ci), (_server, mut si)) = pair();
+        let (mut crecv, _csend) = client.open(Headers::new(), false).await.unwrap().split();
+        drop(within(si.accept()).await.unwrap());
+        assert_eq!(
+            within(crecv.reply_headers()).await.unwrap_err().kind(),
+            io::ErrorKind::ConnectionRefused
+        );
+    }
+
+    #[tokio::test]
+    async fn dropping_the_halves_finishes_then_cancels() {
+        let ((client, _ci), (server, mut si)) = pair();
+        let (mut crecv, mut csend) = client.open(Headers::new(), false).await.unwrap().split();
+        let (_, srecv, mut ssend) = accept_and_reply(&mut si).await;
+        ssend.send(b"last words").await.unwrap();
+        // Dropping the send half is a FIN: the client gets the data, then EOF, and can still write.
+        drop(ssend);
+        assert_eq!(within(crecv.recv()).await.unwrap(), &b"last words"[..]);
+        assert_eq!(within(crecv.recv()).await, None);
+        csend.send(b"still listening?").await.unwrap();
+        // Dropping the receive half too: the server resets (CANCEL) what the client still has open.
+        drop(srecv);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while csend.send(b"x").await.is_ok() {
+            assert!(tokio::time::Instant::now() < deadline, "client never saw the reset");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        eventually("streams forgotten", || {
+            live_streams(&client) == 0 && live_streams(&server) == 0
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_concurrent_port_forward_pairs() {
+        let ((client, _ci), (server, mut si)) = pair();
+        // An echo server in the shape of port-forward: a data stream echoed, an error stream left empty.
+        let echo = tokio::spawn(async move {
+            let mut tasks = Vec::new();
+            while let Some(stream) = si.accept().await {
+                tasks.push(tokio::spawn(async move {
+                    let kind = stream.header("streamtype").unwrap().to_owned();
+                    let (mut recv, mut send) = stream.split();
+                    send.reply(Headers::new(), false).await.unwrap();
+                    while let Some(chunk) = recv.recv().await {
+                        send.send(&chunk).await.unwrap();
+                        assert_eq!(kind, "data");
+                    }
+                    // Finished only after the client's FIN: dropping both halves of a stream the peer
+                    // still has open would reset it (CANCEL).
+                    send.finish().await.unwrap();
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let mut clients = Vec::new();
+        for n in 0..64u32 {
+            let client = client.clone();
+            clients.push(tokio::spawn(async move {
+                let id = n.to_string();
+                let error = client
+                    .open(h(&[("streamtype", "error"), ("requestid", &id)]), false)
+                    .await
+                    .unwrap();
+                let data = client
+                    .open(h(&[("streamtype", "data"), ("requestid", &id)]), false)
+                    .await
+                    .unwrap();
+                let (mut erecv, mut esend) = error.split();
+                let (mut drecv, mut dsend) = data.split();
+                within(erecv.reply_headers()).await.unwrap();
+                within(drecv.reply_headers()).await.unwrap();
+                esend.finish().await.unwrap();
+                let payload = pattern(40_000 + n as usize * 1000, n as u8);
+                let writer = {
+                    let payload = payload.clone();
+                    tokio::spawn(async move {
+                        for chunk in payload.chunks(7000) {
+                            dsend.send(chunk).await.unwrap();
+                        }
+                        dsend.finish().await.unwrap();
+                    })
+                };
+                assert_eq!(read_all(&mut drecv).await, payload);
+                assert!(read_all(&mut erecv).await.is_empty());
+                writer.await.unwrap();
+            }));
+        }
+        for c in clients {
+            within(c).await.unwrap();
+        }
+        eventually("streams forgotten", || {
+            live_streams(&client) == 0 && live_streams(&server) == 0
+        })
+        .await;
+        client.close();
+        within(echo).await.unwrap();
+        within(server.closed()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn eight_mib_each_way_through_one_stream() {
+        const SIZE: usize = 8 << 20;
+        let ((client, _ci), (_server, mut si)) = pair();
+        let (mut crecv, mut csend) = client.open(Headers::new(), false).await.unwrap().split();
+        let (_, mut srecv, mut ssend) = accept_and_reply(&mut si).await;
+        let up = tokio::spawn(async move {
+            for chunk in pattern(SIZE, 1).chunks(100_000) {
+                csend.send(chunk).await.unwrap();
+            }
+            csend.finish().await.unwrap();
+        });
+        let down = tokio::spawn(async move {
+            ssend.send(&pattern(SIZE, 2)).await.unwrap();
+            ssend.finish().await.unwrap();
+        });
+        let (got_up, got_down) = tokio::join!(read_all(&mut srecv), read_all(&mut crecv));
+        assert!(got_up == pattern(SIZE, 1), "client to server bytes differ");
+        assert!(got_down == pattern(SIZE, 2), "server to client bytes differ");
+        up.await.unwrap();
+        down.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unread_stream_stops_the_socket_instead_of_buffering() {
+        const SIZE: usize = 16 << 20;
+        let ((client, _ci), (server, mut si)) = pair();
+        let (mut crecv, mut csend) = client.open(Headers::new(), false).await.unwrap().split();
+        let (_, mut srecv, _ssend) = accept_and_reply(&mut si).await;
+        within(crecv.reply_headers()).await.unwrap();
+        let sent = Arc::new(AtomicUsize::new(0));
+        let writer = {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                for chunk in pattern(SIZE, 3).chunks(MAX_DATA_CHUNK) {
+                    csend.send(chunk).await.unwrap();
+                    sent.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+                csend.finish().await.unwrap();
+            })
+        };
+        // Wait until the sender stalls.
+        let mut last = usize::MAX;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = sent.load(Ordering::Relaxed);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        let buffered = server.keep.inner.buffered.load(Ordering::Relaxed);
+        assert!(buffered <= STREAM_RECV_BUFFER, "server buffered {buffered} bytes");
+        // Stalled well short of the total: what is in flight is bounded by buffers, not by the data.
+        assert!(
+            last < STREAM_RECV_BUFFER + WRITE_BUDGET + 2 * 64 * 1024 + 64 * 1024,
+            "sent {last} before stalling"
+        );
+        assert!(read_all(&mut srecv).await == pattern(SIZE, 3));
+        within(writer).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn close_sends_goaway_and_ends_both_sides() {
+        let ((client, mut ci), (server, mut si)) = pair();
+        let (mut crecv, mut csend) = client.open(Headers::new(), false).await.unwrap().split();
+        let (_, mut srecv, _ssend) = accept_and_reply(&mut si).await;
+        csend.send(b"before goodbye").await.unwrap();
+        client.close();
+        within(client.closed()).await;
+        within(server.closed()).await;
+        // Data sent before close() was flushed first.
+        assert_eq!(within(srecv.recv()).await.unwrap(), &b"before goodbye"[..]);
+        assert_eq!(within(srecv.recv()).await, None);
+        assert_eq!(within(si.accept()).await.map(|s| s.id()), None);
+        assert_eq!(within(ci.accept()).await.map(|s| s.id()), None);
+        assert_eq!(
+            server.open(Headers::new(), false).await.err().map(|e| e.kind()),
+            Some(io::ErrorKind::NotConnected)
+        );
+        assert_eq!(
+            client.open(Headers::new(), false).await.err().map(|e| e.kind()),
+            Some(io::ErrorKind::NotConnected)
+        );
+        assert_eq!(csend.send(b"x").await.unwrap_err().kind(), io::ErrorKind::NotConnected);
+        assert_eq!(within(crecv.recv()).await, None);
+    }
+
+    #[tokio::test]
+    async fn dropping_every_handle_ends_the_connection() {
+        let ((client, mut ci), (server, si)) = pair();
+        let (_, srecv, ssend) = {
+            let c = client.clone();
+            let opened = tokio::spawn(async move { c.open(Headers::new(), false).await.unwrap() });
+            let mut si = si;
+            let accepted = accept_and_reply(&mut si).await;
+            let _ = opened.await.unwrap();
+            drop(si);
+            accepted
+        };
+        drop(server);
+        // The stream halves still hold the session open.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!*client.keep.inner.closing.borrow());
+        drop((srecv, ssend));
+        within(client.closed()).await;
+        assert!(within(ci.accept()).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn goaway_from_the_peer_ends_the_connection() {
+        let (server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.syn_stream(1, &[("streamtype", "error")], false).await;
+        let (_, mut recv, _send) = accept_and_reply(&mut incoming).await;
+        peer.send(Frame::GoAway {
+            last_good_stream_id: 0,
+            status: frame::GOAWAY_OK,
+        })
+        .await;
+        assert_eq!(within(recv.recv()).await, None);
+        assert!(within(incoming.accept()).await.is_none());
+        // The peer got the SYN_REPLY, and then the socket closed; no GOAWAY answers a GOAWAY.
+        assert!(matches!(
+            peer.frame().await,
+            Some(Frame::SynReply {
+                stream_id: 1,
+                fin: false,
+                ..
+            })
+        ));
+        assert_eq!(peer.frame().await, None);
+        drop(peer);
+        within(server.closed()).await;
+    }
+
+    #[tokio::test]
+    async fn close_tells_the_peer_the_last_stream_it_accepted() {
+        let (server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.syn_stream(1, &[], false).await;
+        peer.syn_stream(3, &[], false).await;
+        within(incoming.accept()).await.unwrap();
+        within(incoming.accept()).await.unwrap();
+        server.close();
+        assert_eq!(
+            peer.frame_skipping_updates().await,
+            Some(Frame::RstStream {
+                stream_id: 1,
+                status: 3
+            })
+        );
+        assert_eq!(
+            peer.frame_skipping_updates().await,
+            Some(Frame::RstStream {
+                stream_id: 3,
+                status: 3
+            })
+        );
+        assert_eq!(
+            peer.frame().await,
+            Some(Frame::GoAway {
+                last_good_stream_id: 3,
+                status: frame::GOAWAY_OK
+            })
+        );
+        assert_eq!(peer.frame().await, None);
+        drop(peer);
+        within(server.closed()).await;
+    }
+
+    #[tokio::test]
+    async fn pings_from_the_peer_are_echoed() {
+        let (_server, _incoming, mut peer) = server_with_raw_peer();
+        peer.send(Frame::Ping { id: 1 }).await;
+        assert_eq!(peer.frame().await, Some(Frame::Ping { id: 1 }));
+        // An even id would be the answer to a ping of ours (the server's parity): not echoed.
+        peer.send(Frame::Ping { id: 2 }).await;
+        peer.send(Frame::Ping { id: 0x7fff_ffff }).await;
+        assert_eq!(peer.frame().await, Some(Frame::Ping { id: 0x7fff_ffff }));
+    }
+
+    #[tokio::test]
+    async fn a_client_echoes_the_servers_even_pings() {
+        let (a, b) = tokio::io::duplex(4096);
+        let (_client, _incoming) = Connection::new(a, Role::Client);
+        let mut peer = RawPeer {
+            io: b,
+            buf: BytesMut::new(),
+            compressor: Compressor::new(),
+            decompressor: Decompressor::new(),
+        };
+        peer.send(Frame::Ping { id: 1 }).await;
+        peer.send(Frame::Ping { id: 2 }).await;
+        assert_eq!(peer.frame().await, Some(Frame::Ping { id: 2 }));
+    }
+
+    #[tokio::test]
+    async fn accepts_syn_streams_compressed_by_c_zlib_and_chromium() {
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        // Two port-forward SYN_STREAMs as spdystream frames them, the header blocks compressed by C zlib
+        // at level 9 in one stream (see headers.rs for the blocks alone).
+        peer.write(&unhex(
+            "800300010000003c0000000100000000000078f9e3c6a7c202253a703a2b294a4dcc851625aca9a0808614cb45a024cc
+             64610024398b209198094adc8c0600000000ffff
+             800300010000001800000003000000000000c2aa15540a2512d209000000ffff",
+        ))
+        .await;
+        let (error, _erecv, _esend) = accept_and_reply(&mut incoming).await;
+        assert_eq!(error, h(&[("streamtype", "error"), ("port", "80"), ("requestid", "0")]));
+        let (data, mut drecv, mut dsend) = accept_and_reply(&mut incoming).await;
+        assert_eq!(data, h(&[("streamtype", "data"), ("port", "80"), ("requestid", "0")]));
+        // Our replies decode with an independent context (as spdystream's would).
+        for id in [1, 3] {
+            let Some(Frame::SynReply {
+                stream_id,
+                fin: false,
+                block,
+            }) = peer.frame().await
+            else {
+                panic!()
+            };
+            assert_eq!(stream_id, id);
+            assert_eq!(peer.headers(&block), Headers::new());
+        }
+        peer.send(Frame::Data {
+            stream_id: 3,
+            fin: true,
+            data: Bytes::from_static(b"GET / HTTP/1.0\r\n\r\n"),
+        })
+        .await;
+        assert_eq!(read_all(&mut drecv).await, b"GET / HTTP/1.0\r\n\r\n");
+        dsend.send(b"HTTP/1.0 200 OK\r\n\r\n").await.unwrap();
+        dsend.finish().await.unwrap();
+        assert_eq!(
+            peer.frame_skipping_updates().await,
+            Some(Frame::Data {
+                stream_id: 3,
+                fin: false,
+                data: Bytes::from_static(b"HTTP/1.0 200 OK\r\n\r\n")
+            })
+        );
+        assert_eq!(
+            peer.frame_skipping_updates().await,
+            Some(Frame::Data {
+                stream_id: 3,
+                fin: true,
+                data: Bytes::new()
+            })
+        );
+
+        // A fresh session: Chromium's SPDY/3 SYN_STREAM (stream 1, priority 4, bar: foo, foo: bar).
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.write(&unhex(
+            "800300010000003700000001000000008000
+             38eae3c6a7c202e50e50c24b4a04e50b6680004acbcf0708201095969f0fa200022829b108208000000000ffff",
+        ))
+        .await;
+        let stream = within(incoming.accept()).await.unwrap();
+        assert_eq!(stream.headers(), &h(&[("bar", "foo"), ("foo", "bar")]));
+    }
+
+    #[tokio::test]
+    async fn windows_are_not_enforced_on_what_we_send() {
+        // spdystream never sends WINDOW_UPDATE: a peer that shrinks the window to 1 byte and never opens
+        // it must still receive everything.
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.send(Frame::Settings {
+            clear: false,
+            entries: vec![
+                frame::Setting {
+                    flags: 0,
+                    id: 7,
+                    value: 1,
+                },
+                frame::Setting {
+                    flags: 1,
+                    id: 4,
+                    value: 9,
+                },
+            ],
+        })
+        .await;
+        peer.send(Frame::WindowUpdate { stream_id: 0, delta: 5 }).await;
+        peer.send(Frame::Unknown {
+            kind: 10,
+            flags: 0,
+            len: 12,
+        })
+        .await;
+        peer.send(Frame::Unknown {
+            kind: 0xffff,
+            flags: 0xff,
+            len: 0,
+        })
+        .await;
+        peer.syn_stream(1, &[("streamtype", "stdout")], false).await;
+        let (_, _recv, mut send) = accept_and_reply(&mut incoming).await;
+        let payload = pattern(300_000, 9);
+        let sender = tokio::spawn(async move {
+            send.send(&payload).await.unwrap();
+            send.finish().await.unwrap();
+        });
+        assert!(matches!(peer.frame().await, Some(Frame::SynReply { stream_id: 1, .. })));
+        let mut got = Vec::new();
+        loop {
+            match peer.frame().await {
+                Some(Frame::Data {
+                    stream_id: 1,
+                    fin,
+                    data,
+                }) => {
+                    assert!(data.len() <= MAX_DATA_CHUNK);
+                    got.extend_from_slice(&data);
+                    if fin {
+                        break;
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(got == pattern(300_000, 9));
+        within(sender).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn consumed_data_is_acknowledged_with_window_updates() {
+        let (server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.syn_stream(1, &[], false).await;
+        let (_, mut recv, _send) = accept_and_reply(&mut incoming).await;
+        for _ in 0..4 {
+            peer.send(Frame::Data {
+                stream_id: 1,
+                fin: false,
+                data: Bytes::from(vec![7; 16 * 1024]),
+            })
+            .await;
+        }
+        let mut total = 0;
+        while total < 64 * 1024 {
+            total += within(recv.recv()).await.unwrap().len();
+        }
+        // Updates go out per 32 KiB consumed (coalesced when the writer lags), so once the server is
+        // quiet, what it acknowledged plus what it still holds back is exactly what was consumed.
+        let (mut stream_acked, mut session_acked) = (0, 0);
+        loop {
+            let frame = tokio::select! {
+                f = peer.frame() => f,
+                _ = tokio::time::sleep(Duration::from_millis(300)) => break,
+            };
+            match frame {
+                Some(Frame::WindowUpdate { stream_id: 1, delta }) => stream_acked += delta,
+                Some(Frame::WindowUpdate { stream_id: 0, delta }) => session_acked += delta,
+                Some(Frame::SynReply { .. }) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let stream_held = lock(&lookup(&server.keep.inner, 1).unwrap().state).unacked;
+        let session_held = lock(&server.keep.inner.state).session_unacked;
+        assert!(stream_acked >= 32 * 1024 && stream_held < WINDOW_UPDATE_THRESHOLD);
+        assert_eq!(
+            (stream_acked + stream_held, session_acked + session_held),
+            (64 * 1024, 64 * 1024)
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_stream_ids_and_header_blocks_are_stream_errors() {
+        let (_server, mut incoming, mut peer) = server_with_raw_peer();
+        // A block that inflates fine but says it holds 5 pairs and holds none: RST, session survives.
+        let block = peer.compressor.compress_raw(b"\x00\x00\x00\x05").unwrap();
+        let syn = |stream_id, block: Vec<u8>| Frame::SynStream {
+            stream_id,
+            associated_id: 0,
+            priority: 0,
+            slot: 0,
+            fin: false,
+            unidirectional: false,
+            block: block.into(),
+        };
+        peer.send(syn(1, block)).await;
+        assert_eq!(
+            peer.frame().await,
+            Some(Frame::RstStream {
+                stream_id: 1,
+                status: 1
+            })
+        );
+        // Server-parity id, then an id that goes backwards.
+        peer.syn_stream(2, &[], false).await;
+        assert_eq!(
+            peer.frame().await,
+            Some(Frame::RstStream {
+                stream_id: 2,
+                status: 1
+            })
+        );
+        peer.syn_stream(7, &[("n", "7")], false).await;
+        peer.syn_stream(5, &[("n", "5")], false).await;
+        assert_eq!(
+            peer.frame().await,
+            Some(Frame::RstStream {
+                stream_id: 5,
+                status: 1
+            })
+        );
+        // The compression context stayed in step through all of that.
+        let stream = within(incoming.accept()).await.unwrap();
+        assert_eq!((stream.id(), stream.header("n")), (7, Some("7")));
+        // Frames for streams that do not exist are ignored.
+        peer.send(Frame::Data {
+            stream_id: 99,
+            fin: true,
+            data: Bytes::from_static(b"?"),
+        })
+        .await;
+        peer.send(Frame::RstStream {
+            stream_id: 99,
+            status: 5,
+        })
+        .await;
+        let block = peer.block(&[("late", "1")]);
+        peer.send(Frame::SynReply {
+            stream_id: 99,
+            fin: false,
+            block,
+        })
+        .await;
+        peer.syn_stream(9, &[("n", "9")], false).await;
+        assert_eq!(within(incoming.accept()).await.unwrap().header("n"), Some("9"));
+    }
+
+    async fn expect_protocol_error(wire: &[u8]) {
+        let (server, mut incoming, mut peer) = server_with_raw_peer();
+        peer.write(wire).await;
+        let mut goaway = None;
+        while let Some(frame) = peer.frame().await {
+            if let Frame::GoAway { status, .. } = frame {
+                goaway = Some(status);
+            }
+        }
+        assert_eq!(goaway, Some(frame::GOAWAY_PROTOCOL_ERROR), "{wire:02x?}");
+        assert!(within(incoming.accept()).await.is_none());
+        drop(peer);
+        within(server.closed()).await;
+    }
+
+    #[tokio::test]
+    async fn malformed_input_is_a_session_error() {
+        // Garbage with the control bit set (version 0x7fff).
+        expect_protocol_error(&[0xff; 64]).await;
+        // A SPDY/2 frame.
+        expect_protocol_error(&unhex("80020006 00000004 00000001")).await;
+        // A control frame claiming 16 MiB.
+        expect_protocol_error(&unhex("80030001 00ffffff 00000001")).await;
+        // A SYN_STREAM whose header block is not zlib.
+        expect_protocol_error(&unhex("80030001 00000012 00000001 00000000 0000 6e6f74207a6c6962")).await;
+        // A PING of the wrong length, after a good frame.
+        expect_protocol_error(&unhex("80030006 00000004 00000001 80030006 00000005 0000000100")).await;
+    }
+
+    #[tokio::test]
+    async fn random_input_never_wedges_or_panics() {
+        // A panic in a driver task would skip the bookkeeping that resolves `closed()`, failing this.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..200 {
+            let (server, mut incoming, mut peer) = server_with_raw_peer();
+            let mut wire: Vec<u8> = (0..next() % 300).map(|_| next() as u8).collect();
+            if round % 2 == 0 && wire.len() > 8 {
+                // Mostly-valid control frames reach deeper into the parsers.
+                wire[0] = 0x80;
+                wire[1] = 0x03;
+                wire[2] = 0;
+                wire[3] = (next() % 11) as u8;
+                wire[4] = 0;
+                wire[5] = 0;
+                wire[6] = 0;
+                wire[7] = (wire.len() - 8).min(255) as u8;
+            }
+            peer.write(&wire).await;
+            let mut io = peer.io;
+            io.shutdown().await.unwrap();
+            // Keep reading what the server sends so it is never blocked on us.
+            let drain = tokio::spawn(async move {
+                let mut sink = Vec::new();
+                let _ = io.read_to_end(&mut sink).await;
+            });
+            tokio::select! {
+                _ = server.closed() => {}
+                s = incoming.accept() => drop(s),
+            }
+            drop(incoming);
+            server.close();
+            within(server.closed()).await;
+            within(drain).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn stream_futures_are_send() {
+        fn is_send<T: Send>(_: &T) {}
+        let ((client, _ci), (_server, _si)) = pair();
+        let stream = client.open(Headers::new(), false).await.unwrap();
+        let (mut recv, mut send) = stream.split();
+        is_send(&send);
+        is_send(&recv);
+        is_send(&recv.recv());
+        is_send(&recv.reply_headers());
+        is_send(&send.send(b""));
+        is_send(&send.finish());
+        is_send(&send.reply(Headers::new(), false));
+        is_send(&client.open(Headers::new(), false));
+        is_send(&client.closed());
+    }
+}
