@@ -659,3 +659,44 @@ async fn exec_over_tls() {
     assert_eq!(exit_code_of(&read_all(&mut error).await), 2);
     pod.remove_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_bounded_in_number_and_idle_time() {
+    let extra = "[streaming]\nmax_sessions = 1\nidle_timeout_seconds = 2\n";
+    let pod = common::pod::pod_full("bounded", None, extra, "").await;
+    let id = idle_container(&pod, "idle").await;
+    let url = exec_url(&pod, &id, &["sh", "-c", "echo started; exec sleep 4243"], false, false).await;
+    let (conn, _incoming, _) = spdy_session(&url, &["v4.channel.k8s.io"]).await;
+    let (_e, _es) = open(&conn, "error", &[]).await;
+    let (mut stdout, _o) = open(&conn, "stdout", &[]).await;
+    let (_r, _rs) = open(&conn, "stderr", &[]).await;
+    read_until(&mut stdout, "started").await;
+
+    // The one session allowed is taken.
+    let second = exec_url(&pod, &id, &["true"], false, false).await;
+    let (status, _, _) = spdy_upgrade(&second, &["v4.channel.k8s.io"]).await;
+    assert_eq!(status, 503);
+
+    // Nothing moves for the idle timeout: the server closes the session and its process goes.
+    tokio::time::timeout(Duration::from_secs(10), conn.closed())
+        .await
+        .expect("the idle session was not closed");
+    let mut gone = false;
+    for _ in 0..50 {
+        let out = pod.exec(&id, &["ps", "-o", "args"], 10).await.unwrap();
+        if !String::from_utf8_lossy(&out.stdout).contains("sleep 4243") {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the idle session's process outlived it");
+    let url = exec_url(&pod, &id, &["echo", "again"], false, false).await;
+    let (conn, _incoming, _) = spdy_session(&url, &["v4.channel.k8s.io"]).await;
+    let (mut error, _e) = open(&conn, "error", &[]).await;
+    let (mut stdout, _o) = open(&conn, "stdout", &[]).await;
+    let (_r, _rs) = open(&conn, "stderr", &[]).await;
+    assert_eq!(read_all(&mut stdout).await, b"again\n");
+    assert_eq!(exit_code_of(&read_all(&mut error).await), 0);
+    pod.remove_all().await;
+}
