@@ -1,9 +1,11 @@
 //! Container lifecycle benchmark: latency of CreateContainer, StartContainer, StopContainer and
-//! RemoveContainer over N sequential cycles in one pod, then the per-pod shim RSS and the daemon's
-//! RSS with 20 pods each running one container, printed side by side with containerd's CRI plugin
-//! (runc) when `containerd` and `runc` are on PATH.
+//! RemoveContainer over N sequential cycles in one pod, the latency of ListContainerStats and
+//! ListPodSandboxStats with 100 running containers in one pod, then the per-pod shim RSS and the
+//! daemon's RSS with 20 pods each running one container, printed side by side with containerd's
+//! CRI plugin (runc) when `containerd` and `runc` are on PATH.
 //!
-//!   cargo bench --bench containers     (SCUTE_BENCH_CONTAINERS=N cycles, default 50; 3 without --bench)
+//!   cargo bench --bench containers     (SCUTE_BENCH_CONTAINERS=N cycles, default 50; 3 without --bench;
+//!                                       SCUTE_BENCH_STATS_CONTAINERS=N, default 100; 5 without --bench)
 //!
 //! Both runtimes pull busybox (`<registry>/e2e-test-images/busybox:1.29-2`) from one local registry
 //! filled by images/build.sh (plain HTTP: loopback for scute, hosts.toml for containerd, which also
@@ -28,6 +30,8 @@ use tonic::transport::Channel;
 
 /// Pods (each with one running container) at once while RSS is read.
 const RSS_PODS: usize = 20;
+/// Timed ListContainerStats / ListPodSandboxStats calls (after one untimed call each).
+const STATS_CALLS: usize = 20;
 // Daemon, registry and host-state helpers shared with the other CRI benchmarks.
 include!("common/harness.rs");
 
@@ -211,9 +215,12 @@ struct Figures {
     shim_rss_kib: f64,
     shim_procs_per_pod: f64,
     daemon_rss_kib: u64,
+    list_container_stats: Vec<Duration>,
+    /// containerd 1.6 fails ListPodSandboxStats for pods without a cgroup parent: its error.
+    list_pod_stats: Result<Vec<Duration>, String>,
 }
 
-async fn measure(daemon: &Daemon, cycles: usize, image: &str) -> Figures {
+async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image: &str) -> Figures {
     let channel = scute::client::connect(&daemon.socket).await.expect("connect");
     let logs = daemon.dir.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -274,6 +281,56 @@ async fn measure(daemon: &Daemon, cycles: usize, image: &str) -> Figures {
     );
     client.remove_pod(&pod).await;
 
+    // Stats of `stats_containers` running containers in one pod.
+    let pod = client.run_pod("bench-stats").await;
+    let mut ids = Vec::new();
+    for i in 0..stats_containers {
+        let (id, _) = client.create(&pod, &format!("stats-{i}")).await;
+        client.start(&id).await;
+        ids.push(id);
+    }
+    let (mut list_container_stats, mut list_pod_stats) = (Vec::new(), Ok(Vec::new()));
+    for i in 0..=STATS_CALLS {
+        let mut rt = client.rt.clone();
+        let (r, took) = client
+            .timed(
+                "ListContainerStats",
+                rt.list_container_stats(api::ListContainerStatsRequest { filter: None }),
+            )
+            .await;
+        let listed = r.into_inner().stats.len();
+        if listed < stats_containers {
+            client.fail(
+                "ListContainerStats",
+                format!("{listed} stats for {stats_containers} containers"),
+            );
+        }
+        let started = Instant::now();
+        let pods = tokio::time::timeout(
+            RPC_TIMEOUT,
+            rt.list_pod_sandbox_stats(api::ListPodSandboxStatsRequest { filter: None }),
+        )
+        .await;
+        let took_pods = started.elapsed();
+        if let Ok(Err(e)) = &pods {
+            list_pod_stats = Err(e.message().to_string());
+        } else if pods.is_err() {
+            client.fail("ListPodSandboxStats", format!("no answer in {RPC_TIMEOUT:?}"));
+        }
+        // The first call of each is untimed: it fills the runtime's CPU sample cache.
+        if i > 0 {
+            list_container_stats.push(took);
+            if let Ok(samples) = &mut list_pod_stats {
+                samples.push(took_pods);
+            }
+        }
+    }
+    for id in &ids {
+        client.stop(id).await;
+        client.remove(id).await;
+    }
+    client.remove_pod(&pod).await;
+
     // RSS with RSS_PODS pods, each running one container.
     let mut running = Vec::new();
     for i in 0..RSS_PODS {
@@ -306,17 +363,19 @@ async fn measure(daemon: &Daemon, cycles: usize, image: &str) -> Figures {
         shim_rss_kib: rss as f64 / RSS_PODS as f64,
         shim_procs_per_pod: procs as f64 / RSS_PODS as f64,
         daemon_rss_kib,
+        list_container_stats,
+        list_pod_stats,
     }
 }
 
 /// Measures a daemon on a client runtime of its own, dropped (closing the connections) before the
 /// daemon is shut down.
-fn bench(daemon: &mut Daemon, cycles: usize, image: &str) -> (Figures, Vec<String>) {
+fn bench(daemon: &mut Daemon, cycles: usize, stats_containers: usize, image: &str) -> (Figures, Vec<String>) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let figures = runtime.block_on(measure(daemon, cycles, image));
+    let figures = runtime.block_on(measure(daemon, cycles, stats_containers, image));
     drop(runtime);
     let notes = daemon.shutdown();
     (figures, notes)
@@ -330,10 +389,16 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench_mode { 50 } else { 3 })
         .max(1);
+    let stats_containers: usize = std::env::var("SCUTE_BENCH_STATS_CONTAINERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if bench_mode { 100 } else { 5 })
+        .max(1);
     ensure_shim_built();
     println!(
         "container benchmark: {cycles} sequential CreateContainer -> StartContainer -> StopContainer(timeout 0) \
-         -> RemoveContainer cycles of busybox `sleep 3600` in one host-network pod, then {RSS_PODS} pods with \
+         -> RemoveContainer cycles of busybox `sleep 3600` in one host-network pod, ListContainerStats and \
+         ListPodSandboxStats with {stats_containers} running containers in one pod, then {RSS_PODS} pods with \
          one running container each for RSS"
     );
 
@@ -350,7 +415,7 @@ fn main() {
             "  scute      CNI conflist {} {} (unused: host network)",
             daemon.network.bridge, daemon.network.subnet
         );
-        let (figures, left) = bench(&mut daemon, cycles, &image);
+        let (figures, left) = bench(&mut daemon, cycles, stats_containers, &image);
         notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
         results.push(("scute", figures));
     }
@@ -361,7 +426,7 @@ fn main() {
                 "  containerd CNI conflist {} {} (unused: host network)",
                 daemon.network.bridge, daemon.network.subnet
             );
-            let (figures, left) = bench(&mut daemon, cycles, &image);
+            let (figures, left) = bench(&mut daemon, cycles, stats_containers, &image);
             notes.extend(left.into_iter().map(|n| format!("containerd: {n}")));
             results.push(("containerd", figures));
         }
@@ -398,6 +463,15 @@ fn main() {
         println!(
             "{:<11}   (shim: {:.1} process(es) per pod, pause and sleep not counted)",
             "", f.shim_procs_per_pod,
+        );
+        println!(
+            "{:<11}   {stats_containers} running containers: ListContainerStats mean/p99 {} ms, \
+             ListPodSandboxStats mean/p99 {} ({STATS_CALLS} calls each)",
+            "",
+            mean_p99(f.list_container_stats),
+            f.list_pod_stats
+                .map(|s| format!("{} ms", mean_p99(s)))
+                .unwrap_or_else(|e| format!("n/a: {e}")),
         );
     }
     println!(

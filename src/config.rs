@@ -28,6 +28,7 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub image: ImageConfig,
     pub streaming: StreamingConfig,
+    pub metrics: MetricsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,6 +123,13 @@ pub struct StreamingConfig {
     pub idle_timeout_seconds: u64,
     pub stream_creation_timeout_seconds: u64,
     pub max_sessions: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// "host:port" of the Prometheus endpoint; empty: off.
+    pub address: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -254,6 +262,15 @@ impl Config {
             return Err(bad(
                 "streaming.tls_cert",
                 "streaming.tls_cert and streaming.tls_key go together: set both or neither".into(),
+            ));
+        }
+        if !self.metrics.address.is_empty() && self.metrics.address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(bad(
+                "metrics.address",
+                format!(
+                    "{:?} is not empty nor an IP address and port (\"127.0.0.1:9523\")",
+                    self.metrics.address
+                ),
             ));
         }
         for (key, value) in [

@@ -71,6 +71,10 @@ pub async fn serve(config: Config) -> Result<()> {
         sandboxes.clone(),
     ));
     containers.recover().await.context("recovering containers")?;
+    for sandbox in sandboxes.list().context("listing pod sandboxes")? {
+        containers.watch_shim(sandbox.id);
+    }
+    let event_owner = containers.clone();
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let streaming = StreamingServer::start(
@@ -81,6 +85,16 @@ pub async fn serve(config: Config) -> Result<()> {
     )
     .await?;
 
+    if !config.metrics.address.is_empty() {
+        crate::metrics::serve(
+            &config.metrics.address,
+            sandboxes.clone(),
+            containers.clone(),
+            shutdown_rx.clone(),
+        )
+        .await?;
+    }
+
     let cri = Arc::new(Cri {
         config: config.clone(),
         store: store.clone(),
@@ -90,6 +104,7 @@ pub async fn serve(config: Config) -> Result<()> {
         streaming,
         started_at: SystemTime::now(),
         runtime_readiness: Default::default(),
+        stats: Default::default(),
     });
     let service = CriService::new(cri);
     let (recv_max, send_max) = (config.grpc.max_recv_message_size, config.grpc.max_send_message_size);
@@ -151,6 +166,8 @@ pub async fn serve(config: Config) -> Result<()> {
     };
     tracing::info!(signal = reason, "shutting down: no new RPCs; containers keep running");
     let _ = shutdown_tx.send(true);
+    // Event subscriptions never end by themselves.
+    event_owner.events().close();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while let Some(result) = servers.join_next().await {
             if let Ok(Err(e)) = result {

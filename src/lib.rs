@@ -17,10 +17,12 @@ pub mod ids;
 pub mod image;
 pub mod keyed_lock;
 pub mod logging;
+pub mod metrics;
 pub mod sandbox;
 pub mod server;
 pub mod shim_client;
 pub mod snapshot;
+pub mod stats;
 pub mod store;
 pub mod streaming;
 

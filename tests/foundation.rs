@@ -158,12 +158,13 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
     let err = daemon
         .runtime()
         .await
-        .pod_sandbox_stats(api::PodSandboxStatsRequest::default())
+        .list_metric_descriptors(api::ListMetricDescriptorsRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message().starts_with("PodSandboxStats is not implemented yet"),
+        err.message()
+            .starts_with("ListMetricDescriptors is not implemented yet"),
         "{}",
         err.message()
     );
@@ -186,11 +187,11 @@ async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
     let err = daemon
         .runtime()
         .await
-        .get_container_events(api::GetEventsRequest {})
+        .stream_containers(api::StreamContainersRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
-    assert!(err.message().contains("GetContainerEvents"));
+    assert!(err.message().contains("StreamContainers"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +396,7 @@ async fn json_logs_carry_method_and_duration_per_rpc() {
     let mut client = daemon.runtime().await;
     client.version(api::VersionRequest::default()).await.unwrap();
     let _ = client
-        .list_container_stats(api::ListContainerStatsRequest::default())
+        .list_metric_descriptors(api::ListMetricDescriptorsRequest::default())
         .await;
     daemon.stop();
     let lines: Vec<serde_json::Value> = daemon
@@ -413,7 +414,7 @@ async fn json_logs_carry_method_and_duration_per_rpc() {
     let version = rpc("Version");
     assert_eq!(version["code"], "OK");
     assert!(version["duration_ms"].as_f64().is_some());
-    let list = rpc("ListContainerStats");
+    let list = rpc("ListMetricDescriptors");
     assert_eq!(list["code"], "Unimplemented");
     assert_eq!(list["level"], "INFO");
 }
@@ -543,8 +544,11 @@ async fn crictl_talks_to_scute_when_installed() {
     assert!(ok && out.starts_with("POD ID"), "{out}{err}");
     let (ok, out, err) = run(&["ps", "-a"]);
     assert!(ok && out.starts_with("CONTAINER"), "{out}{err}");
-    let (ok, _, err) = run(&["stats"]);
-    assert!(!ok && err.contains("Unimplemented"), "{err}");
+    let (ok, out, err) = run(&["stats"]);
+    // Both clear the screen first (they are `top`-like).
+    assert!(ok && out.contains("CONTAINER"), "{out}{err}");
+    let (ok, out, err) = run(&["statsp"]);
+    assert!(ok && out.contains("POD"), "{out}{err}");
 }
 
 fn which(name: &str) -> Result<std::path::PathBuf, ()> {

@@ -982,6 +982,39 @@ async fn oom_kill_is_reported() {
     pod.finish().await;
 }
 
+#[tokio::test]
+async fn exits_are_pushed_to_every_subscriber() {
+    let pod = Pod::start("exits", &["quick", "slow"]).await;
+    let mut first = pod.shim.subscribe_exits().await.unwrap();
+    let mut second = pod.shim.subscribe_exits().await.unwrap();
+    pod.run("slow", &["sh", "-c", "sleep 1; exit 4"], CreateOptions::default())
+        .await;
+    pod.run("quick", &["sh", "-c", "exit 3"], CreateOptions::default())
+        .await;
+    for subscription in [&mut first, &mut second] {
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let exit = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+                .await
+                .expect("an exit within 10 s")
+                .unwrap();
+            assert!(exit.finished_at_ns > 0);
+            got.push((exit.container_id, exit.exit_code));
+        }
+        assert_eq!(got, [("quick".to_string(), 3), ("slow".to_string(), 4)]);
+    }
+    // What was pushed is what the exit file and State say.
+    let rec = read_exit_file(&pod.state_dir, "slow").unwrap().unwrap();
+    assert_eq!(rec.exit_code, 4);
+    // A dropped subscription is closed on the shim's side; the other goes on to the shutdown.
+    drop(first);
+    for id in ["quick", "slow"] {
+        pod.shim.delete_container(id).await.unwrap();
+    }
+    pod.finish().await;
+    assert!(matches!(second.next().await, Err(ShimError::Gone(_))));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Streaming sessions: ExecStream and Attach, with pipes and terminals.
 

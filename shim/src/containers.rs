@@ -212,6 +212,9 @@ pub struct Containers {
     next_exec: u64,
     /// Frames for sessions, taken by the event loop.
     outbox: Outbox,
+    /// Containers' exits for exit subscribers, taken (and dropped when nobody subscribes) by the
+    /// event loop.
+    exits: Vec<pb::ContainerExit>,
 }
 
 /// The container ids libcontainer accepts, which are also safe as file names.
@@ -270,7 +273,13 @@ impl Containers {
             streams: Vec::new(),
             next_exec: 1,
             outbox: Vec::new(),
+            exits: Vec::new(),
         }
+    }
+
+    /// The exits recorded since the last call, for exit subscribers.
+    pub fn take_exits(&mut self) -> Vec<pb::ContainerExit> {
+        std::mem::take(&mut self.exits)
     }
 
     /// A unix socket for a terminal's master (in the state dir: short enough for sun_path).
@@ -1215,6 +1224,12 @@ impl Containers {
             tracing::error!(id, error = %e, "writing the exit file failed; exit kept in memory only");
         }
         entry.status = Status::Stopped(record);
+        self.exits.push(pb::ContainerExit {
+            container_id: id.clone(),
+            exit_code,
+            finished_at_ns,
+            oom_killed,
+        });
         tracing::info!(id, pid, exit_code, oom_killed, "container exited");
     }
 

@@ -11,6 +11,9 @@
 //! as far as its session takes it (the process waits), an attach session more than
 //! SESSION_MAX_QUEUED behind is closed (a container never waits for a session). After the exit
 //! frame the shim closes the session once it is sent.
+//!
+//! A connection whose SubscribeExits was answered gets a ContainerExit frame for every container
+//! exit reaped from then on (queued like answers: a subscriber that stops reading is dropped).
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};
@@ -72,6 +75,8 @@ enum Mode {
     Waiting,
     /// A streaming session (ExecStream, Attach).
     Session(Session),
+    /// An exit subscription: ContainerExit frames out, nothing in.
+    Exits,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +160,8 @@ enum Handled {
         answer: pb::Response,
         attach: bool,
     },
+    /// The answer, after which the connection is an exit subscription.
+    Exits(pb::Response),
 }
 
 /// poll(2) on raw pollfds: nix's PollFd drops revents with bits it does not name (POLLRDHUP).
@@ -237,7 +244,7 @@ impl Server {
                 let mut events = match c.mode {
                     Mode::Requests => libc::POLLIN,
                     // While an exec runs, only watch for the peer going away.
-                    Mode::Waiting => libc::POLLRDHUP,
+                    Mode::Waiting | Mode::Exits => libc::POLLRDHUP,
                     // Input only while its stdin takes more and nothing read waits; POLLHUP
                     // (the peer closed) comes anyway.
                     Mode::Session(s) => {
@@ -340,6 +347,7 @@ impl Server {
             Mode::Requests => {}
             Mode::Waiting => self.containers.abandon_execs(c.id),
             Mode::Session(_) => self.containers.session_closed(c.id),
+            Mode::Exits => {}
         }
         tracing::debug!(conn = c.id, "connection closed");
     }
@@ -362,6 +370,27 @@ impl Server {
         self.deliver_exec_answers();
         self.containers.finish_streams();
         self.deliver_session_output();
+        self.deliver_exits();
+    }
+
+    /// Queues every exit recorded since the last call on every exit subscription.
+    fn deliver_exits(&mut self) {
+        let exits = self.containers.take_exits();
+        if exits.is_empty() {
+            return;
+        }
+        for i in (0..self.conns.len()).rev() {
+            let c = &mut self.conns[i];
+            if c.mode != Mode::Exits {
+                continue;
+            }
+            for exit in &exits {
+                frame::encode_to(exit, &mut c.out);
+            }
+            if c.flush().is_err() {
+                self.close_conn(i);
+            }
+        }
     }
 
     /// Queues the answers of finished execs on their connections, which may serve requests again.
@@ -516,7 +545,7 @@ impl Server {
         }
         match self.conns[i].mode {
             // Only POLLRDHUP, POLLHUP and POLLERR are watched now: the client gave up.
-            Mode::Waiting => revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0,
+            Mode::Waiting | Mode::Exits => revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0,
             Mode::Session(s) => {
                 if revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                     // Closed by the peer (both ways): an exec is killed, an attach detached.
@@ -634,6 +663,15 @@ impl Server {
                     }
                 }
                 Handled::Pending => self.conns[i].mode = Mode::Waiting,
+                Handled::Exits(answer) => {
+                    let c = &mut self.conns[i];
+                    c.mode = Mode::Exits;
+                    c.stalled_since = None;
+                    if let Err(e) = c.queue(&answer) {
+                        tracing::debug!(error = %e, "writing a response");
+                        return false;
+                    }
+                }
                 Handled::Session { answer, attach } => {
                     let c = &mut self.conns[i];
                     c.mode = Mode::Session(Session {
@@ -733,6 +771,12 @@ impl Server {
                 }
                 Err(e) => Err(e),
             },
+            request::Kind::SubscribeExits(_) => {
+                tracing::debug!(request = name, "exit subscription started");
+                return Handled::Exits(pb::Response {
+                    kind: Some(response::Kind::SubscribeExits(pb::SubscribeExitsResponse {})),
+                });
+            }
             request::Kind::ReopenContainerLog(r) => self
                 .containers
                 .reopen_log(&r.container_id)
@@ -787,6 +831,7 @@ fn request_name(kind: &request::Kind) -> &'static str {
         request::Kind::UpdateResources(_) => "UpdateResources",
         request::Kind::ExecStream(_) => "ExecStream",
         request::Kind::Attach(_) => "Attach",
+        request::Kind::SubscribeExits(_) => "SubscribeExits",
     }
 }
 

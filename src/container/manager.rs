@@ -5,9 +5,10 @@
 //! snapshots with `upper/` + `work/`, the container's writable layer) and `bundle/config.json`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::events::Events;
 use super::record::{container_name, ContainerRecord, ContainerState};
 use super::spec::{container_spec, ContainerSpec};
 use crate::api;
@@ -59,6 +60,10 @@ pub struct ContainerManager {
     sandboxes: Arc<SandboxManager>,
     name_locks: KeyedLocks,
     id_locks: KeyedLocks,
+    events: Events,
+    /// Held while a state change that sends an event is stored and sent, so a container's events
+    /// go out in order and its exit is reported once, whoever notices it first.
+    transitions: tokio::sync::Mutex<()>,
 }
 
 impl ContainerManager {
@@ -75,11 +80,160 @@ impl ContainerManager {
             sandboxes,
             name_locks: KeyedLocks::default(),
             id_locks: KeyedLocks::default(),
+            events: Events::default(),
+            transitions: tokio::sync::Mutex::new(()),
         }
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Sends an event about a container (or, with `container_id` = `sandbox_id`, the sandbox
+    /// itself, as containerd does) with its pod's status and its containers' statuses as stored.
+    pub async fn emit(&self, container_id: &str, sandbox_id: &str, kind: api::ContainerEventType) {
+        if let Some(event) = self.event(container_id, sandbox_id, kind).await {
+            self.events.send(event);
+        }
+    }
+
+    /// The event `emit` sends, built now to be sent later (None: nobody subscribes).
+    pub async fn event(
+        &self,
+        container_id: &str,
+        sandbox_id: &str,
+        kind: api::ContainerEventType,
+    ) -> Option<api::ContainerEventResponse> {
+        if !self.events.has_subscribers() {
+            return None;
+        }
+        let pod_sandbox_status = match self.sandboxes.get(sandbox_id) {
+            Ok(sandbox) => {
+                let state = self.sandboxes.live_state(&sandbox).await;
+                Some(sandbox.to_cri_status(state))
+            }
+            // Removed meanwhile: no status, as containerd sends then.
+            Err(_) => None,
+        };
+        let containers_statuses = match self.list_records() {
+            Ok(records) => records
+                .iter()
+                .filter(|c| c.sandbox_id == sandbox_id)
+                .map(ContainerRecord::to_cri_status)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(container = %container_id, error = %e, "listing containers for an event");
+                Vec::new()
+            }
+        };
+        Some(api::ContainerEventResponse {
+            container_id: container_id.to_string(),
+            container_event_type: kind as i32,
+            created_at: crate::image::now_nanos(),
+            pod_sandbox_status,
+            containers_statuses,
+        })
+    }
+
+    /// Follows the exits the shim of `sandbox_id` reaps, so that exits nobody asks about are
+    /// stored and reported (STOPPED) at once. Subscribes again when the connection drops (also
+    /// catching up, through `refresh`, on exits from before the subscription, e.g. while the
+    /// daemon was down); ends when the sandbox or its shim is gone, or the manager is dropped.
+    pub fn watch_shim(self: &Arc<Self>, sandbox_id: String) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(this) = weak.upgrade() else { return };
+                if this.sandboxes.get(&sandbox_id).is_err() {
+                    return;
+                }
+                let Some(shim) = this.sandboxes.shim_for(&sandbox_id).await else {
+                    return;
+                };
+                let mut exits = match shim.subscribe_exits().await {
+                    Ok(exits) => exits,
+                    Err(ShimError::Gone(_)) => return,
+                    Err(ShimError::Remote {
+                        code: ShimCode::Unimplemented,
+                        ..
+                    }) => {
+                        // A shim older than the daemon: its running containers are asked instead.
+                        tracing::info!(sandbox = %sandbox_id, "shim without exit subscriptions: polling it");
+                        drop((this, shim));
+                        poll_exits(weak, sandbox_id).await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %sandbox_id, error = %e, "subscribing to the shim's exits");
+                        drop(this);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                drop(shim);
+                this.refresh_running_in(&sandbox_id).await;
+                drop(this);
+                loop {
+                    let exit = match exits.next().await {
+                        Ok(exit) => exit,
+                        Err(e) => {
+                            tracing::debug!(sandbox = %sandbox_id, error = %e, "exit subscription ended");
+                            break;
+                        }
+                    };
+                    let Some(this) = weak.upgrade() else { return };
+                    let stored = this.commit_exit(&exit.container_id, |r| {
+                        r.exited(exit.exit_code, exit.finished_at_ns, exit.oom_killed)
+                    });
+                    if let Err(e) = stored.await {
+                        // Removed meanwhile (its exit needs no record) or the store failed.
+                        tracing::debug!(container = %exit.container_id, error = %e, "recording an exit");
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
+
+    async fn refresh_running_in(&self, sandbox_id: &str) {
+        let Ok(records) = self.in_sandbox(sandbox_id) else {
+            return;
+        };
+        for record in records.into_iter().filter(|c| c.state == ContainerState::Running) {
+            let id = record.id.clone();
+            if let Err(e) = self.refresh(record).await {
+                tracing::warn!(container = %id, error = %e, "refreshing after subscribing to exits");
+            }
+        }
+    }
+
+    /// Stores an exit of a container the store still has Running and sends its STOPPED event;
+    /// if someone else stored it first, answers the stored record and sends nothing.
+    async fn commit_exit(
+        &self,
+        id: &str,
+        apply: impl FnOnce(&mut ContainerRecord),
+    ) -> Result<ContainerRecord, ContainerError> {
+        let _order = self.transitions.lock().await;
+        let mut record = self.get(id)?;
+        if record.state != ContainerState::Running {
+            return Ok(record);
+        }
+        apply(&mut record);
+        self.store.put(&record)?;
+        tracing::info!(container = %id, exit_code = record.exit_code, "container exited");
+        self.emit(id, &record.sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
+            .await;
+        Ok(record)
     }
 
     fn dir(&self, id: &str) -> PathBuf {
         self.config.root.join("containers").join(id)
+    }
+
+    /// The container's writable layer (its overlay's upper dir), for its stats.
+    pub fn writable_layer_dir(&self, id: &str) -> PathBuf {
+        self.dir(id).join("upper")
     }
 
     pub fn resolve(&self, id_or_prefix: &str) -> Result<String, ContainerError> {
@@ -187,6 +341,8 @@ impl ContainerManager {
             Ok(()) => {
                 self.store.put(&record)?;
                 tracing::info!(container = %id, sandbox = %sandbox_id, name = %name, "container created");
+                self.emit(&id, &sandbox_id, api::ContainerEventType::ContainerCreatedEvent)
+                    .await;
                 Ok(id)
             }
             Err(e) => {
@@ -303,17 +459,29 @@ impl ContainerManager {
             )));
         }
         let shim = self.shim(&record.sandbox_id).await?;
-        if let Err(e) = shim.start_container(&id).await {
+        let started = shim.start_container(&id).await;
+        // Stored and sent before the exit watcher may see it Running: STARTED before STOPPED.
+        let order = self.transitions.lock().await;
+        if let Err(e) = started {
             record.exited(128, crate::image::now_nanos(), false);
             record.reason = "StartError".into();
             record.message = e.to_string();
             self.store.put(&record)?;
+            self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
+                .await;
             return Err(shim_failed("starting the container")(e));
         }
         record.state = ContainerState::Running;
         record.started_at = crate::image::now_nanos();
         self.store.put(&record)?;
         tracing::info!(container = %id, "container started");
+        self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStartedEvent)
+            .await;
+        drop(order);
+        // An exit the shim reported before Running was stored was not recorded: ask once.
+        if let Err(e) = self.refresh(record).await {
+            tracing::warn!(container = %id, error = %e, "checking a started container");
+        }
         Ok(())
     }
 
@@ -325,35 +493,41 @@ impl ContainerManager {
 
     /// The record brought up to date with its shim: a Running container that exited (also while
     /// the daemon was down) becomes Exited with the code and time the shim recorded.
-    pub async fn refresh(&self, mut record: ContainerRecord) -> Result<ContainerRecord, ContainerError> {
+    /// An exit is stored (and its STOPPED event sent) once, by whichever caller sees it first.
+    pub async fn refresh(&self, record: ContainerRecord) -> Result<ContainerRecord, ContainerError> {
         if record.state != ContainerState::Running {
             return Ok(record);
         }
         let Ok(shim) = self.shim(&record.sandbox_id).await else {
-            record.exited(255, crate::image::now_nanos(), false);
-            record.reason = "Unknown".into();
-            record.message = "the pod's shim is gone".into();
-            self.store.put(&record)?;
-            return Ok(record);
+            return self
+                .commit_exit(&record.id, |r| {
+                    r.exited(255, crate::image::now_nanos(), false);
+                    r.reason = "Unknown".into();
+                    r.message = "the pod's shim is gone".into();
+                })
+                .await;
         };
         match shim.state(&record.id).await {
             Ok(state) if state.status == ShimStatus::Stopped => {
-                record.exited(
-                    state.exit_code.unwrap_or(255),
-                    state.finished_at_ns.unwrap_or_else(crate::image::now_nanos),
-                    state.oom_killed,
-                );
-                self.store.put(&record)?;
+                self.commit_exit(&record.id, |r| {
+                    r.exited(
+                        state.exit_code.unwrap_or(255),
+                        state.finished_at_ns.unwrap_or_else(crate::image::now_nanos),
+                        state.oom_killed,
+                    )
+                })
+                .await
             }
-            Ok(_) => {}
+            Ok(_) => Ok(record),
             Err(ShimError::NotFound(_)) => {
-                record.exited(255, crate::image::now_nanos(), false);
-                record.reason = "Unknown".into();
-                self.store.put(&record)?;
+                self.commit_exit(&record.id, |r| {
+                    r.exited(255, crate::image::now_nanos(), false);
+                    r.reason = "Unknown".into();
+                })
+                .await
             }
-            Err(e) => return Err(shim_failed("asking the shim")(e)),
+            Err(e) => Err(shim_failed("asking the shim")(e)),
         }
-        Ok(record)
     }
 
     /// StopContainer: the stop signal (config, else image, else SIGTERM), then SIGKILL after
@@ -428,7 +602,12 @@ impl ContainerManager {
             return Ok(());
         };
         self.cleanup(&record).await?;
-        self.store.delete::<ContainerRecord>(&id, Some(&record.name))?;
+        {
+            let _order = self.transitions.lock().await;
+            self.store.delete::<ContainerRecord>(&id, Some(&record.name))?;
+            self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerDeletedEvent)
+                .await;
+        }
         tracing::info!(container = %id, "container removed");
         Ok(())
     }
@@ -582,6 +761,19 @@ impl ContainerManager {
         self.store.put(&record)?;
         tracing::info!(container = %id, state = ?record.state, "container resources updated");
         Ok(())
+    }
+}
+
+/// Every second, refreshes the running containers of a sandbox whose shim cannot push exits,
+/// until the sandbox or the manager is gone.
+async fn poll_exits(weak: Weak<ContainerManager>, sandbox_id: String) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(this) = weak.upgrade() else { return };
+        if this.sandboxes.get(&sandbox_id).is_err() {
+            return;
+        }
+        this.refresh_running_in(&sandbox_id).await;
     }
 }
 

@@ -1,6 +1,7 @@
 //! Containers: records and state machine, the manager that runs them through their pod's shim,
-//! and OCI runtime specs.
+//! OCI runtime specs, and the events subscribers of GetContainerEvents receive.
 
+pub mod events;
 pub mod manager;
 pub mod record;
 pub mod seccomp;

@@ -83,6 +83,49 @@ impl ContainerRecord {
         config.encode_to_vec()
     }
 
+    /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
+    pub fn to_cri_status(&self) -> api::ContainerStatus {
+        let config = self.config();
+        api::ContainerStatus {
+            id: self.id.clone(),
+            metadata: config.metadata.clone(),
+            state: self.state.to_cri() as i32,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            finished_at: if self.state == ContainerState::Exited {
+                self.finished_at
+            } else {
+                0
+            },
+            exit_code: self.exit_code,
+            image: config.image.clone(),
+            image_ref: self.image_id.to_string(),
+            image_id: self.image_id.to_string(),
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            mounts: config.mounts.clone(),
+            log_path: self.log_path.clone(),
+            resources: config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+                .map(|linux| api::ContainerResources {
+                    linux: Some(linux),
+                    ..Default::default()
+                }),
+            user: self.user.as_ref().map(|(uid, gid, groups)| api::ContainerUser {
+                linux: Some(api::LinuxContainerUser {
+                    uid: *uid as i64,
+                    gid: *gid as i64,
+                    supplemental_groups: groups.iter().map(|g| *g as i64).collect(),
+                }),
+            }),
+            stop_signal: config.stop_signal,
+        }
+    }
+
     /// Records an exit: reason as the kubelet expects (Completed, Error, OOMKilled).
     pub fn exited(&mut self, exit_code: i32, finished_at: i64, oom_killed: bool) {
         self.state = ContainerState::Exited;

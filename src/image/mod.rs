@@ -278,8 +278,8 @@ impl ImageManager {
     }
 
     pub fn usage(&self) -> (u64, u64) {
-        let (b1, i1) = dir_usage(&self.content_root);
-        let (b2, i2) = dir_usage(&self.snapshots_root);
+        let (b1, i1) = crate::stats::dir_usage(&self.content_root);
+        let (b2, i2) = crate::stats::dir_usage(&self.snapshots_root);
         (b1 + b2, i1 + i2)
     }
 }
@@ -299,28 +299,4 @@ impl Drop for Lease<'_> {
             }
         }
     }
-}
-
-/// Walks a tree summing allocated bytes and counting inodes once each (hard links share one).
-fn dir_usage(root: &Path) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut bytes = 0u64;
-    let mut inodes = 0u64;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if !seen.insert((meta.dev(), meta.ino())) {
-                continue;
-            }
-            inodes += 1;
-            bytes += meta.blocks() * 512;
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
-        }
-    }
-    (bytes, inodes)
 }

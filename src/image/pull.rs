@@ -44,6 +44,7 @@ impl ImageManager {
         };
         let _one_pull = self.ref_locks.lock(&image.to_string()).await;
         let started = Instant::now();
+        let in_flight = crate::metrics::global().pull_started();
 
         let remote = Remote::new(&image, &self.hosts_dir, credentials).map_err(pull_err)?;
         let resolved = remote.resolve().await.map_err(pull_err)?;
@@ -152,6 +153,7 @@ impl ImageManager {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "image pulled"
         );
+        in_flight.succeeded();
         Ok(record)
     }
 
@@ -283,6 +285,7 @@ impl ImageManager {
             let failed = message.is_err();
             if let Ok(bytes) = &message {
                 done += bytes.len() as u64;
+                crate::metrics::global().pull_bytes(bytes.len() as u64);
             }
             if tx.send(message).await.is_err() || failed {
                 break; // the worker stopped (its error is reported below) or the network failed

@@ -102,6 +102,13 @@ impl SandboxManager {
         self.config.root.join("sandboxes").join(id)
     }
 
+    /// The pod's own cgroup: the cgroup parent the kubelet gave, which holds pause and the pod's
+    /// containers and nothing else. None under scute's default parent, which every pod shares.
+    pub fn pod_cgroup(&self, record: &SandboxRecord) -> Option<String> {
+        let (parent, _) = record.cgroups_path.rsplit_once('/')?;
+        (!parent.is_empty() && parent != DEFAULT_CGROUP_PARENT).then(|| parent.to_string())
+    }
+
     /// The shim's state dir. Named by the first 32 hex digits of the ID (128 random bits): the
     /// socket inside must fit sun_path's 108 bytes even under a long state dir.
     fn shim_dir(&self, id: &str) -> PathBuf {

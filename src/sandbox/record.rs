@@ -76,6 +76,35 @@ impl Record for SandboxRecord {
 }
 
 impl SandboxRecord {
+    /// The CRI view of the record in `state` (PodSandboxStatus, container events).
+    pub fn to_cri_status(&self, state: SandboxState) -> api::PodSandboxStatus {
+        let config = self.config();
+        let namespace_options = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone());
+        let mut ips = self.ips.iter();
+        api::PodSandboxStatus {
+            id: self.id.clone(),
+            metadata: config.metadata.clone(),
+            state: state.to_cri() as i32,
+            created_at: self.created_at,
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: ips.next().cloned().unwrap_or_default(),
+                additional_ips: ips.map(|ip| api::PodIp { ip: ip.clone() }).collect(),
+            }),
+            linux: Some(api::LinuxPodSandboxStatus {
+                namespaces: Some(api::Namespace {
+                    options: namespace_options,
+                }),
+            }),
+            labels: config.labels,
+            annotations: config.annotations,
+            runtime_handler: self.runtime_handler.clone(),
+        }
+    }
+
     pub fn config(&self) -> api::PodSandboxConfig {
         api::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
     }

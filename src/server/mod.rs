@@ -7,12 +7,15 @@
 
 mod container_attach;
 mod container_create;
+mod container_events;
 mod container_exec;
 mod container_exec_sync;
 mod container_list;
 mod container_remove;
 mod container_reopen_log;
 mod container_start;
+mod container_stats;
+mod container_stats_list;
 mod container_status;
 mod container_stop;
 mod container_update;
@@ -29,6 +32,8 @@ mod sandbox_list;
 mod sandbox_port_forward;
 mod sandbox_remove;
 mod sandbox_run;
+mod sandbox_stats;
+mod sandbox_stats_list;
 mod sandbox_status;
 mod sandbox_stop;
 mod status;
@@ -64,6 +69,8 @@ pub struct Cri {
     pub started_at: SystemTime,
     /// Last node check (RuntimeReady), re-run every few seconds.
     pub runtime_readiness: crate::check::RuntimeReadiness,
+    /// cgroup layout and previous CPU samples, for the stats RPCs.
+    pub stats: Arc<crate::stats::Stats>,
 }
 
 /// The tonic service object (cheap to clone; both services share one [`Cri`]).
@@ -196,16 +203,19 @@ where
     let span = tracing::info_span!("rpc", method, id = tracing::field::Empty);
     let start = Instant::now();
     let result = handler.instrument(span.clone()).await;
-    let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let took = start.elapsed();
+    let duration_ms = took.as_secs_f64() * 1000.0;
     let _entered = span.enter();
     match result {
         Ok(value) => {
+            crate::metrics::global().rpc(method, Code::Ok, took);
             // The kubelet polls Status and List* every second: successes are debug-level.
             tracing::debug!(duration_ms, code = "OK", "rpc done");
             Ok(Response::new(value))
         }
         Err(err) => {
             let status = Status::from(err);
+            crate::metrics::global().rpc(method, status.code(), took);
             match status.code() {
                 Code::Internal | Code::Unknown | Code::DataLoss => {
                     tracing::error!(duration_ms, code = ?status.code(), error = status.message(), "rpc failed")

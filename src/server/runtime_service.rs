@@ -161,16 +161,20 @@ impl RuntimeService for CriService {
 
     async fn container_stats(
         &self,
-        _request: Request<api::ContainerStatsRequest>,
+        request: Request<api::ContainerStatsRequest>,
     ) -> Result<Response<api::ContainerStatsResponse>, Status> {
-        instrument("ContainerStats", unimplemented("ContainerStats", STATS)).await
+        instrument("ContainerStats", self.cri.container_stats(request.into_inner())).await
     }
 
     async fn list_container_stats(
         &self,
-        _request: Request<api::ListContainerStatsRequest>,
+        request: Request<api::ListContainerStatsRequest>,
     ) -> Result<Response<api::ListContainerStatsResponse>, Status> {
-        instrument("ListContainerStats", unimplemented("ListContainerStats", STATS)).await
+        instrument(
+            "ListContainerStats",
+            self.cri.list_container_stats(request.into_inner()),
+        )
+        .await
     }
 
     type StreamContainerStatsStream = BoxStream<api::StreamContainerStatsResponse>;
@@ -184,16 +188,20 @@ impl RuntimeService for CriService {
 
     async fn pod_sandbox_stats(
         &self,
-        _request: Request<api::PodSandboxStatsRequest>,
+        request: Request<api::PodSandboxStatsRequest>,
     ) -> Result<Response<api::PodSandboxStatsResponse>, Status> {
-        instrument("PodSandboxStats", unimplemented("PodSandboxStats", STATS)).await
+        instrument("PodSandboxStats", self.cri.pod_sandbox_stats(request.into_inner())).await
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _request: Request<api::ListPodSandboxStatsRequest>,
+        request: Request<api::ListPodSandboxStatsRequest>,
     ) -> Result<Response<api::ListPodSandboxStatsResponse>, Status> {
-        instrument("ListPodSandboxStats", unimplemented("ListPodSandboxStats", STATS)).await
+        instrument(
+            "ListPodSandboxStats",
+            self.cri.list_pod_sandbox_stats(request.into_inner()),
+        )
+        .await
     }
 
     type StreamPodSandboxStatsStream = BoxStream<api::StreamPodSandboxStatsResponse>;
@@ -231,9 +239,9 @@ impl RuntimeService for CriService {
 
     async fn get_container_events(
         &self,
-        _request: Request<api::GetEventsRequest>,
+        request: Request<api::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        instrument("GetContainerEvents", unimplemented("GetContainerEvents", STATS)).await
+        instrument("GetContainerEvents", self.cri.container_events(request.into_inner())).await
     }
 
     async fn list_metric_descriptors(

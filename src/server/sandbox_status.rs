@@ -16,31 +16,7 @@ impl Cri {
         tracing::Span::current().record("id", id.as_str());
         let record = self.sandboxes.get(&id)?;
         let state = self.sandboxes.live_state(&record).await;
-        let config = record.config();
-        let namespace_options = config
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .and_then(|s| s.namespace_options.clone());
-        let mut ips = record.ips.iter();
-        let status = api::PodSandboxStatus {
-            id: record.id.clone(),
-            metadata: config.metadata.clone(),
-            state: state.to_cri() as i32,
-            created_at: record.created_at,
-            network: Some(api::PodSandboxNetworkStatus {
-                ip: ips.next().cloned().unwrap_or_default(),
-                additional_ips: ips.map(|ip| api::PodIp { ip: ip.clone() }).collect(),
-            }),
-            linux: Some(api::LinuxPodSandboxStatus {
-                namespaces: Some(api::Namespace {
-                    options: namespace_options,
-                }),
-            }),
-            labels: config.labels.clone(),
-            annotations: config.annotations.clone(),
-            runtime_handler: record.runtime_handler.clone(),
-        };
+        let status = record.to_cri_status(state);
         let mut info = HashMap::new();
         if request.verbose {
             info.insert("info".to_string(), verbose_info(&record).to_string());
@@ -54,7 +30,7 @@ impl Cri {
             .filter(|c| c.sandbox_id == record.id)
         {
             let container = self.containers.refresh(container).await?;
-            containers_statuses.push(super::container_status::to_cri_status(&container));
+            containers_statuses.push(container.to_cri_status());
         }
         Ok(api::PodSandboxStatusResponse {
             status: Some(status),

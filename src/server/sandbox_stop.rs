@@ -1,7 +1,7 @@
 //! StopPodSandbox: idempotent; unknown IDs succeed (the kubelet retries).
 
 use super::{Cri, RpcError};
-use crate::api::{StopPodSandboxRequest, StopPodSandboxResponse};
+use crate::api::{ContainerEventType, StopPodSandboxRequest, StopPodSandboxResponse};
 
 impl Cri {
     pub(super) async fn stop_pod_sandbox(
@@ -18,7 +18,17 @@ impl Cri {
         self.containers
             .stop_all_in(&request.pod_sandbox_id, std::time::Duration::from_secs(10))
             .await?;
+        // STOPPED for the sandbox itself once, when a Ready sandbox is stopped (not on retries).
+        let was_ready = match self.sandboxes.resolve(&request.pod_sandbox_id) {
+            Ok(id) => Some(id).filter(|id| self.sandboxes.get(id).is_ok_and(|s| s.state.is_ready())),
+            Err(_) => None,
+        };
         self.sandboxes.stop(&request.pod_sandbox_id).await?;
+        if let Some(id) = was_ready {
+            self.containers
+                .emit(&id, &id, ContainerEventType::ContainerStoppedEvent)
+                .await;
+        }
         Ok(StopPodSandboxResponse {})
     }
 }

@@ -723,6 +723,17 @@ impl ShimClient {
         }
     }
 
+    /// Subscribes to the shim's container exits, on a connection of its own: every exit it reaps
+    /// from now on (none from before: ask `state` for those).
+    pub async fn subscribe_exits(&self) -> Result<ExitSubscription, ShimError> {
+        let req = request::Kind::SubscribeExits(pb::SubscribeExitsRequest {});
+        let (stream, kind) = self.open_session(req).await?;
+        match kind {
+            response::Kind::SubscribeExits(_) => Ok(ExitSubscription { stream }),
+            other => Err(unexpected("SubscribeExits", &other)),
+        }
+    }
+
     /// Sends `req` on a new connection and reads its answer; the connection is then a session.
     async fn open_session(&self, req: request::Kind) -> Result<(UnixStream, response::Kind), ShimError> {
         let request = pb::Request { kind: Some(req) };
@@ -836,6 +847,27 @@ fn session(stream: UnixStream, pid: u32, tty: bool) -> ShimSession {
             buf: BytesMut::new(),
             done: false,
         },
+    }
+}
+
+/// The container exits a shim reports as it reaps them. Dropping it ends the subscription.
+pub struct ExitSubscription {
+    stream: UnixStream,
+}
+
+impl ExitSubscription {
+    /// The next exit; `Err(Gone)` when the shim closed the connection (it exited, or dropped a
+    /// subscriber that did not read). Not cancel safe.
+    pub async fn next(&mut self) -> Result<pb::ContainerExit, ShimError> {
+        let mut header = [0u8; 4];
+        self.stream.read_exact(&mut header).await.map_err(io_error)?;
+        let len = u32::from_be_bytes(header) as usize;
+        if len > MAX_SESSION_FRAME {
+            return Err(ShimError::Protocol(format!("exit frame of {len} bytes")));
+        }
+        let mut payload = vec![0u8; len];
+        self.stream.read_exact(&mut payload).await.map_err(io_error)?;
+        pb::ContainerExit::decode(payload.as_slice()).map_err(|e| ShimError::Protocol(e.to_string()))
     }
 }
 

@@ -1,0 +1,34 @@
+//! ListContainerStats: filters by ID (or prefix), sandbox (or prefix) and label selector.
+//! Containers removed while their stats were read are left out.
+
+use super::{Cri, RpcError};
+use crate::api;
+
+impl Cri {
+    pub(super) async fn list_container_stats(
+        &self,
+        request: api::ListContainerStatsRequest,
+    ) -> Result<api::ListContainerStatsResponse, RpcError> {
+        let filter = request.filter.unwrap_or_default();
+        let all = self.containers.list_records()?;
+        // Samples of removed containers are dropped here, where every live ID is at hand.
+        self.stats.keep_containers(all.iter().map(|r| r.id.as_str()));
+        let records: Vec<_> = all
+            .into_iter()
+            .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
+            .filter(|r| filter.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&filter.pod_sandbox_id))
+            .filter(|r| {
+                let labels = r.config().labels;
+                filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .collect();
+        let mut stats = Vec::with_capacity(records.len());
+        for s in self.containers_stats(records).await? {
+            let id = s.attributes.as_ref().map(|a| a.id.as_str()).unwrap_or_default();
+            if self.containers.get(id).is_ok() {
+                stats.push(s);
+            }
+        }
+        Ok(api::ListContainerStatsResponse { stats })
+    }
+}
