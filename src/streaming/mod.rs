@@ -45,6 +45,9 @@ use remotecommand::{RemoteCommand, Starter, StdioOptions};
 use session::Activity;
 pub use tokens::{Pending, TokenError};
 
+/// A session's whole life, as one future.
+type Session = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 const STREAM_PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 const ACCEPTED_PROTOCOLS_HEADER: &str = "x-accepted-stream-protocol-versions";
 
@@ -233,26 +236,7 @@ impl StreamingServer {
             };
             let (conn, incoming) = spdy::Connection::new(TokioIo::new(upgraded), spdy::Role::Server);
             let activity = Activity::default();
-            let session: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match pending {
-                Pending::PortForward(r) => Box::pin(portforward::serve_spdy(
-                    conn,
-                    incoming,
-                    self.connector(r.pod_sandbox_id),
-                    self.creation_timeout,
-                    activity.clone(),
-                )),
-                pending => {
-                    let remote = self.remote_command(pending);
-                    Box::pin(remotecommand::serve_spdy(
-                        conn,
-                        incoming,
-                        protocol,
-                        remote,
-                        self.creation_timeout,
-                        activity.clone(),
-                    ))
-                }
-            };
+            let session = self.spdy_session(conn, incoming, pending, protocol, activity.clone());
             self.run_bounded(session, activity, permit).await;
         });
         response
@@ -308,16 +292,10 @@ impl StreamingServer {
             };
             let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), WsRole::Server, None).await;
             let activity = Activity::default();
-            let session: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match pending {
-                Pending::PortForward(r) if protocol.starts_with(ws::SPDY_TUNNEL_PREFIX) => {
+            let session: Session = match pending {
+                pending @ Pending::PortForward(_) if protocol.starts_with(ws::SPDY_TUNNEL_PREFIX) => {
                     let (conn, incoming) = spdy::Connection::new(ws::tunnel(socket), spdy::Role::Server);
-                    Box::pin(portforward::serve_spdy(
-                        conn,
-                        incoming,
-                        self.connector(r.pod_sandbox_id),
-                        self.creation_timeout,
-                        activity.clone(),
-                    ))
+                    self.spdy_session(conn, incoming, pending, String::new(), activity.clone())
                 }
                 Pending::PortForward(r) => {
                     let ports = r.port.iter().filter_map(|p| u16::try_from(*p).ok()).collect();
@@ -342,6 +320,37 @@ impl StreamingServer {
             self.run_bounded(session, activity, permit).await;
         });
         response
+    }
+
+    /// The session on a SPDY connection (upgraded, or tunnelled through WebSocket).
+    fn spdy_session(
+        &self,
+        conn: spdy::Connection,
+        incoming: spdy::Incoming,
+        pending: Pending,
+        protocol: String,
+        activity: Activity,
+    ) -> Session {
+        match pending {
+            Pending::PortForward(r) => Box::pin(portforward::serve_spdy(
+                conn,
+                incoming,
+                self.connector(r.pod_sandbox_id),
+                self.creation_timeout,
+                activity,
+            )),
+            pending => {
+                let remote = self.remote_command(pending);
+                Box::pin(remotecommand::serve_spdy(
+                    conn,
+                    incoming,
+                    protocol,
+                    remote,
+                    self.creation_timeout,
+                    activity,
+                ))
+            }
+        }
     }
 
     /// Runs a session until it ends or idles out; the permit is held meanwhile.
