@@ -435,6 +435,32 @@ impl SandboxManager {
         Ok(())
     }
 
+    /// UpdatePodSandboxResources: records the pod's new overhead and resources in its stored
+    /// config (`linux.overhead`, `linux.resources`), replacing the old ones (the kubelet sends the
+    /// whole pod-level set). Nothing is written to cgroups: see `server/sandbox_update_resources.rs`.
+    pub async fn update_resources(
+        &self,
+        id_or_prefix: &str,
+        overhead: Option<api::LinuxContainerResources>,
+        resources: Option<api::LinuxContainerResources>,
+    ) -> Result<String, SandboxError> {
+        let id = self.resolve(id_or_prefix)?;
+        let _lock = self.id_locks.lock(&id).await;
+        let mut record = self.get(&id)?;
+        let mut config = record.config();
+        let linux = config.linux.get_or_insert_with(Default::default);
+        if overhead.is_some() {
+            linux.overhead = overhead;
+        }
+        if resources.is_some() {
+            linux.resources = resources;
+        }
+        record.config = SandboxRecord::encode_config(&config);
+        self.store.put(&record)?;
+        tracing::info!(sandbox = %id, "pod sandbox resources recorded");
+        Ok(id)
+    }
+
     /// RemovePodSandbox: stops it if needed, then removes the shim, mounts, directories and record.
     pub async fn remove(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
         let id = match self.resolve(id_or_prefix) {

@@ -1,4 +1,7 @@
-//! ListContainers: filters by ID prefix, state, sandbox and labels.
+//! ListContainers and StreamContainers (the same list, paged): filters by ID prefix, state,
+//! sandbox and labels.
+
+use tonic::codegen::BoxStream;
 
 use super::container_status::to_cri_container;
 use super::{Cri, RpcError};
@@ -9,7 +12,21 @@ impl Cri {
         &self,
         request: api::ListContainersRequest,
     ) -> Result<api::ListContainersResponse, RpcError> {
-        let filter = request.filter.unwrap_or_default();
+        let containers = self.containers_listed(request.filter).await?;
+        Ok(api::ListContainersResponse { containers })
+    }
+
+    pub(super) async fn stream_containers(
+        &self,
+        request: api::StreamContainersRequest,
+    ) -> Result<BoxStream<api::StreamContainersResponse>, RpcError> {
+        let containers = self.containers_listed(request.filter).await?;
+        Ok(self.paged(containers, |containers| api::StreamContainersResponse { containers }))
+    }
+
+    /// The containers `filter` selects, newest first.
+    async fn containers_listed(&self, filter: Option<api::ContainerFilter>) -> Result<Vec<api::Container>, RpcError> {
+        let filter = filter.unwrap_or_default();
         let mut containers = Vec::new();
         for record in self.containers.list_records()? {
             if !filter.id.is_empty() && !record.id.starts_with(&filter.id) {
@@ -35,6 +52,6 @@ impl Cri {
             containers.push(to_cri_container(&record));
         }
         containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        Ok(api::ListContainersResponse { containers })
+        Ok(containers)
     }
 }

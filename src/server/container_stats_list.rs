@@ -1,5 +1,8 @@
-//! ListContainerStats: filters by ID (or prefix), sandbox (or prefix) and label selector.
-//! Containers removed while their stats were read are left out.
+//! ListContainerStats and StreamContainerStats (the same list, paged): filters by ID (or
+//! prefix), sandbox (or prefix) and label selector. Containers removed while their stats were
+//! read are left out.
+
+use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
 use crate::api;
@@ -9,7 +12,26 @@ impl Cri {
         &self,
         request: api::ListContainerStatsRequest,
     ) -> Result<api::ListContainerStatsResponse, RpcError> {
-        let filter = request.filter.unwrap_or_default();
+        let stats = self.containers_stats_listed(request.filter).await?;
+        Ok(api::ListContainerStatsResponse { stats })
+    }
+
+    pub(super) async fn stream_container_stats(
+        &self,
+        request: api::StreamContainerStatsRequest,
+    ) -> Result<BoxStream<api::StreamContainerStatsResponse>, RpcError> {
+        let stats = self.containers_stats_listed(request.filter).await?;
+        Ok(self.paged(stats, |container_stats| api::StreamContainerStatsResponse {
+            container_stats,
+        }))
+    }
+
+    /// Stats of the containers `filter` selects.
+    async fn containers_stats_listed(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>, RpcError> {
+        let filter = filter.unwrap_or_default();
         let all = self.containers.list_records()?;
         // Samples of removed containers are dropped here, where every live ID is at hand.
         self.stats.keep_containers(all.iter().map(|r| r.id.as_str()));
@@ -29,6 +51,6 @@ impl Cri {
                 stats.push(s);
             }
         }
-        Ok(api::ListContainerStatsResponse { stats })
+        Ok(stats)
     }
 }

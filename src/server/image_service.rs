@@ -1,13 +1,10 @@
 //! Routing table of CRI ImageService: every RPC goes through `instrument` to its handler.
-//! RPCs not served yet answer Unimplemented, naming the piece of work that adds them.
 
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use super::{grpc_timeout, instrument, unimplemented, CriService};
+use super::{grpc_timeout, instrument, CriService};
 use crate::api::{self, image_service_server::ImageService};
-
-const STATS: &str = "stats, events, metrics and streaming lists";
 
 pub fn image_service_server(service: CriService) -> api::image_service_server::ImageServiceServer<CriService> {
     api::image_service_server::ImageServiceServer::new(service)
@@ -26,9 +23,9 @@ impl ImageService for CriService {
 
     async fn stream_images(
         &self,
-        _request: Request<api::StreamImagesRequest>,
+        request: Request<api::StreamImagesRequest>,
     ) -> Result<Response<Self::StreamImagesStream>, Status> {
-        instrument("StreamImages", unimplemented("StreamImages", STATS)).await
+        instrument("StreamImages", self.cri.stream_images(request.into_inner())).await
     }
 
     async fn image_status(

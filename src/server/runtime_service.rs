@@ -1,5 +1,5 @@
 //! Routing table of CRI RuntimeService: every RPC goes through `instrument` to its handler.
-//! RPCs not served yet answer Unimplemented, naming the piece of work that adds them.
+//! CheckpointContainer, out of scope, answers Unimplemented saying why.
 
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
@@ -7,7 +7,6 @@ use tonic::{Request, Response, Status};
 use super::{instrument, unimplemented, CriService};
 use crate::api::{self, runtime_service_server::RuntimeService};
 
-const STATS: &str = "stats, events, metrics and streaming lists";
 const CHECKPOINT: &str = "out of scope: checkpointing needs CRIU, which scute does not use";
 
 pub fn runtime_service_server(service: CriService) -> api::runtime_service_server::RuntimeServiceServer<CriService> {
@@ -59,9 +58,13 @@ impl RuntimeService for CriService {
 
     async fn stream_pod_sandboxes(
         &self,
-        _request: Request<api::StreamPodSandboxesRequest>,
+        request: Request<api::StreamPodSandboxesRequest>,
     ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
-        instrument("StreamPodSandboxes", unimplemented("StreamPodSandboxes", STATS)).await
+        instrument(
+            "StreamPodSandboxes",
+            self.cri.stream_pod_sandboxes(request.into_inner()),
+        )
+        .await
     }
 
     async fn create_container(
@@ -103,9 +106,9 @@ impl RuntimeService for CriService {
 
     async fn stream_containers(
         &self,
-        _request: Request<api::StreamContainersRequest>,
+        request: Request<api::StreamContainersRequest>,
     ) -> Result<Response<Self::StreamContainersStream>, Status> {
-        instrument("StreamContainers", unimplemented("StreamContainers", STATS)).await
+        instrument("StreamContainers", self.cri.stream_containers(request.into_inner())).await
     }
 
     async fn container_status(
@@ -181,9 +184,13 @@ impl RuntimeService for CriService {
 
     async fn stream_container_stats(
         &self,
-        _request: Request<api::StreamContainerStatsRequest>,
+        request: Request<api::StreamContainerStatsRequest>,
     ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
-        instrument("StreamContainerStats", unimplemented("StreamContainerStats", STATS)).await
+        instrument(
+            "StreamContainerStats",
+            self.cri.stream_container_stats(request.into_inner()),
+        )
+        .await
     }
 
     async fn pod_sandbox_stats(
@@ -208,9 +215,13 @@ impl RuntimeService for CriService {
 
     async fn stream_pod_sandbox_stats(
         &self,
-        _request: Request<api::StreamPodSandboxStatsRequest>,
+        request: Request<api::StreamPodSandboxStatsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
-        instrument("StreamPodSandboxStats", unimplemented("StreamPodSandboxStats", STATS)).await
+        instrument(
+            "StreamPodSandboxStats",
+            self.cri.stream_pod_sandbox_stats(request.into_inner()),
+        )
+        .await
     }
 
     async fn update_runtime_config(
@@ -246,27 +257,35 @@ impl RuntimeService for CriService {
 
     async fn list_metric_descriptors(
         &self,
-        _request: Request<api::ListMetricDescriptorsRequest>,
+        request: Request<api::ListMetricDescriptorsRequest>,
     ) -> Result<Response<api::ListMetricDescriptorsResponse>, Status> {
-        instrument("ListMetricDescriptors", unimplemented("ListMetricDescriptors", STATS)).await
+        instrument(
+            "ListMetricDescriptors",
+            self.cri.list_metric_descriptors(request.into_inner()),
+        )
+        .await
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
-        _request: Request<api::ListPodSandboxMetricsRequest>,
+        request: Request<api::ListPodSandboxMetricsRequest>,
     ) -> Result<Response<api::ListPodSandboxMetricsResponse>, Status> {
-        instrument("ListPodSandboxMetrics", unimplemented("ListPodSandboxMetrics", STATS)).await
+        instrument(
+            "ListPodSandboxMetrics",
+            self.cri.list_pod_sandbox_metrics(request.into_inner()),
+        )
+        .await
     }
 
     type StreamPodSandboxMetricsStream = BoxStream<api::StreamPodSandboxMetricsResponse>;
 
     async fn stream_pod_sandbox_metrics(
         &self,
-        _request: Request<api::StreamPodSandboxMetricsRequest>,
+        request: Request<api::StreamPodSandboxMetricsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
         instrument(
             "StreamPodSandboxMetrics",
-            unimplemented("StreamPodSandboxMetrics", STATS),
+            self.cri.stream_pod_sandbox_metrics(request.into_inner()),
         )
         .await
     }
@@ -280,11 +299,11 @@ impl RuntimeService for CriService {
 
     async fn update_pod_sandbox_resources(
         &self,
-        _request: Request<api::UpdatePodSandboxResourcesRequest>,
+        request: Request<api::UpdatePodSandboxResourcesRequest>,
     ) -> Result<Response<api::UpdatePodSandboxResourcesResponse>, Status> {
         instrument(
             "UpdatePodSandboxResources",
-            unimplemented("UpdatePodSandboxResources", STATS),
+            self.cri.update_pod_sandbox_resources(request.into_inner()),
         )
         .await
     }

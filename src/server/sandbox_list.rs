@@ -1,4 +1,7 @@
-//! ListPodSandbox: filters by ID (or prefix), state and label selector.
+//! ListPodSandbox and StreamPodSandboxes (the same list, paged): filters by ID (or prefix),
+//! state and label selector.
+
+use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
 use crate::api;
@@ -8,7 +11,21 @@ impl Cri {
         &self,
         request: api::ListPodSandboxRequest,
     ) -> Result<api::ListPodSandboxResponse, RpcError> {
-        let filter = request.filter.unwrap_or_default();
+        let items = self.pod_sandboxes(request.filter).await?;
+        Ok(api::ListPodSandboxResponse { items })
+    }
+
+    pub(super) async fn stream_pod_sandboxes(
+        &self,
+        request: api::StreamPodSandboxesRequest,
+    ) -> Result<BoxStream<api::StreamPodSandboxesResponse>, RpcError> {
+        let items = self.pod_sandboxes(request.filter).await?;
+        Ok(self.paged(items, |pod_sandboxes| api::StreamPodSandboxesResponse { pod_sandboxes }))
+    }
+
+    /// The pods `filter` selects, newest first.
+    async fn pod_sandboxes(&self, filter: Option<api::PodSandboxFilter>) -> Result<Vec<api::PodSandbox>, RpcError> {
+        let filter = filter.unwrap_or_default();
         let mut items = Vec::new();
         for record in self.sandboxes.list()? {
             if !filter.id.is_empty() && !record.id.starts_with(&filter.id) {
@@ -39,6 +56,6 @@ impl Cri {
             });
         }
         items.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        Ok(api::ListPodSandboxResponse { items })
+        Ok(items)
     }
 }

@@ -1,5 +1,8 @@
-//! ListPodSandboxStats: filters by ID (or prefix) and label selector. Only ready pods are listed
-//! (as containerd does): a stopped pod has no network and no running processes to account.
+//! ListPodSandboxStats and StreamPodSandboxStats (the same list, paged): filters by ID (or
+//! prefix) and label selector. Only ready pods are listed (as containerd does): a stopped pod has
+//! no network and no running processes to account.
+
+use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
 use crate::api;
@@ -10,7 +13,28 @@ impl Cri {
         &self,
         request: api::ListPodSandboxStatsRequest,
     ) -> Result<api::ListPodSandboxStatsResponse, RpcError> {
-        let filter = request.filter.unwrap_or_default();
+        let stats = self.pod_sandboxes_stats_listed(request.filter).await?;
+        Ok(api::ListPodSandboxStatsResponse { stats })
+    }
+
+    pub(super) async fn stream_pod_sandbox_stats(
+        &self,
+        request: api::StreamPodSandboxStatsRequest,
+    ) -> Result<BoxStream<api::StreamPodSandboxStatsResponse>, RpcError> {
+        let stats = self.pod_sandboxes_stats_listed(request.filter).await?;
+        Ok(
+            self.paged(stats, |pod_sandbox_stats| api::StreamPodSandboxStatsResponse {
+                pod_sandbox_stats,
+            }),
+        )
+    }
+
+    /// Stats of the ready pods `filter` selects.
+    async fn pod_sandboxes_stats_listed(
+        &self,
+        filter: Option<api::PodSandboxStatsFilter>,
+    ) -> Result<Vec<api::PodSandboxStats>, RpcError> {
+        let filter = filter.unwrap_or_default();
         let sandboxes = self.sandboxes.list()?;
         // Samples of removed pods are dropped here, where every live ID is at hand.
         self.stats.keep_pods(sandboxes.iter().map(|s| s.id.as_str()));
@@ -41,6 +65,6 @@ impl Cri {
                 stats.push(s);
             }
         }
-        Ok(api::ListPodSandboxStatsResponse { stats })
+        Ok(stats)
     }
 }

@@ -7,6 +7,7 @@
 //! `spawn_blocking`.
 
 pub mod cgroup;
+pub mod metrics;
 pub mod net;
 pub mod rate;
 
