@@ -184,7 +184,9 @@ impl Daemon {
                 let Ok(channel) = scute::client::connect(&socket).await else {
                     return;
                 };
-                let mut client = RuntimeServiceClient::new(channel);
+                // Pods with huge annotations (the paging tests) make a list above the default
+                // 4 MiB decode limit.
+                let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(64 << 20);
                 let Ok(pods) = client
                     .list_pod_sandbox(scute::api::ListPodSandboxRequest::default())
                     .await
