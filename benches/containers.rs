@@ -91,27 +91,11 @@ struct Pod {
 }
 
 impl Client<'_> {
-    fn fail(&self, what: &str, e: impl std::fmt::Display) -> ! {
-        panic!("{} {what}: {e}\n{}", self.daemon.name(), self.daemon.log_tail())
-    }
-
-    async fn timed<T>(
-        &self,
-        what: &str,
-        f: impl std::future::Future<Output = Result<T, tonic::Status>>,
-    ) -> (T, Duration) {
-        let started = Instant::now();
-        match tokio::time::timeout(RPC_TIMEOUT, f).await {
-            Ok(Ok(v)) => (v, started.elapsed()),
-            Ok(Err(e)) => self.fail(what, e),
-            Err(_) => self.fail(what, format!("no answer in {RPC_TIMEOUT:?}")),
-        }
-    }
-
     async fn run_pod(&self, name: &str) -> Pod {
         let mut rt = self.rt.clone();
         let config = pod_config(name, &self.logs);
         let (r, _) = self
+            .daemon
             .timed(
                 "RunPodSandbox",
                 rt.run_pod_sandbox(api::RunPodSandboxRequest {
@@ -130,16 +114,19 @@ impl Client<'_> {
         let stop = api::StopPodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
         };
-        self.timed("StopPodSandbox", rt.stop_pod_sandbox(stop)).await;
+        self.daemon.timed("StopPodSandbox", rt.stop_pod_sandbox(stop)).await;
         let remove = api::RemovePodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
         };
-        self.timed("RemovePodSandbox", rt.remove_pod_sandbox(remove)).await;
+        self.daemon
+            .timed("RemovePodSandbox", rt.remove_pod_sandbox(remove))
+            .await;
     }
 
     async fn create(&self, pod: &Pod, name: &str) -> (String, Duration) {
         let mut rt = self.rt.clone();
         let (r, took) = self
+            .daemon
             .timed(
                 "CreateContainer",
                 rt.create_container(api::CreateContainerRequest {
@@ -159,7 +146,7 @@ impl Client<'_> {
         let req = api::StartContainerRequest {
             container_id: id.into(),
         };
-        self.timed("StartContainer", rt.start_container(req)).await.1
+        self.daemon.timed("StartContainer", rt.start_container(req)).await.1
     }
 
     async fn stop(&self, id: &str) -> Duration {
@@ -168,7 +155,7 @@ impl Client<'_> {
             container_id: id.into(),
             timeout: 0,
         };
-        self.timed("StopContainer", rt.stop_container(req)).await.1
+        self.daemon.timed("StopContainer", rt.stop_container(req)).await.1
     }
 
     async fn remove(&self, id: &str) -> Duration {
@@ -176,29 +163,7 @@ impl Client<'_> {
         let req = api::RemoveContainerRequest {
             container_id: id.into(),
         };
-        self.timed("RemoveContainer", rt.remove_container(req)).await.1
-    }
-
-    /// Until Status says RuntimeReady and NetworkReady (containerd's CRI plugin initializes after
-    /// its socket opens).
-    async fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let last = match self.rt.status(api::StatusRequest { verbose: false }).await {
-                Ok(r) => {
-                    let conditions = r.into_inner().status.map(|s| s.conditions).unwrap_or_default();
-                    if conditions.len() >= 2 && conditions.iter().all(|c| c.status) {
-                        return;
-                    }
-                    format!("{conditions:?}")
-                }
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() > deadline {
-                self.fail("not ready in 30 s", last);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.daemon.timed("RemoveContainer", rt.remove_container(req)).await.1
     }
 }
 
@@ -230,9 +195,10 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
         image: image.into(),
         logs,
     };
-    client.wait_ready().await;
+    client.daemon.wait_ready(&mut client.rt).await;
     let mut images = ImageServiceClient::new(channel.clone());
     let (_, took) = client
+        .daemon
         .timed(
             "PullImage",
             images.pull_image(api::PullImageRequest {
@@ -293,6 +259,7 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
     for i in 0..=STATS_CALLS {
         let mut rt = client.rt.clone();
         let (r, took) = client
+            .daemon
             .timed(
                 "ListContainerStats",
                 rt.list_container_stats(api::ListContainerStatsRequest { filter: None }),
@@ -300,7 +267,7 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
             .await;
         let listed = r.into_inner().stats.len();
         if listed < stats_containers {
-            client.fail(
+            client.daemon.fail(
                 "ListContainerStats",
                 format!("{listed} stats for {stats_containers} containers"),
             );
@@ -315,7 +282,9 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
         if let Ok(Err(e)) = &pods {
             list_pod_stats = Err(e.message().to_string());
         } else if pods.is_err() {
-            client.fail("ListPodSandboxStats", format!("no answer in {RPC_TIMEOUT:?}"));
+            client
+                .daemon
+                .fail("ListPodSandboxStats", format!("no answer in {RPC_TIMEOUT:?}"));
         }
         // The first call of each is untimed: it fills the runtime's CPU sample cache.
         if i > 0 {
@@ -344,7 +313,7 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
     for (pod, _) in &running {
         let pids = shim_pids(daemon, &pod.id);
         if pids.is_empty() {
-            client.fail(
+            client.daemon.fail(
                 "RSS",
                 format!("no {} process found for sandbox {}", daemon.shim_name(), pod.id),
             );

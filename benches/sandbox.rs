@@ -54,26 +54,10 @@ struct Client<'a> {
 }
 
 impl Client<'_> {
-    fn fail(&self, what: &str, e: impl std::fmt::Display) -> ! {
-        panic!("{} {what}: {e}\n{}", self.daemon.name(), self.daemon.log_tail())
-    }
-
-    async fn timed<T>(
-        &self,
-        what: &str,
-        f: impl std::future::Future<Output = Result<T, tonic::Status>>,
-    ) -> (T, Duration) {
-        let started = Instant::now();
-        match tokio::time::timeout(RPC_TIMEOUT, f).await {
-            Ok(Ok(v)) => (v, started.elapsed()),
-            Ok(Err(e)) => self.fail(what, e),
-            Err(_) => self.fail(what, format!("no answer in {RPC_TIMEOUT:?}")),
-        }
-    }
-
     async fn run(&mut self, name: &str) -> (String, Duration) {
         let mut rt = self.rt.clone();
         let (r, took) = self
+            .daemon
             .timed(
                 "RunPodSandbox",
                 rt.run_pod_sandbox(api::RunPodSandboxRequest {
@@ -92,7 +76,7 @@ impl Client<'_> {
         let req = api::StopPodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
-        self.timed("StopPodSandbox", rt.stop_pod_sandbox(req)).await.1
+        self.daemon.timed("StopPodSandbox", rt.stop_pod_sandbox(req)).await.1
     }
 
     async fn remove(&mut self, id: &str) -> Duration {
@@ -100,29 +84,10 @@ impl Client<'_> {
         let req = api::RemovePodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
-        self.timed("RemovePodSandbox", rt.remove_pod_sandbox(req)).await.1
-    }
-
-    /// Until Status says RuntimeReady and NetworkReady (containerd's CRI plugin initializes after
-    /// its socket opens; both load the CNI conf dir).
-    async fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let last = match self.rt.status(api::StatusRequest { verbose: false }).await {
-                Ok(r) => {
-                    let conditions = r.into_inner().status.map(|s| s.conditions).unwrap_or_default();
-                    if conditions.len() >= 2 && conditions.iter().all(|c| c.status) {
-                        return;
-                    }
-                    format!("{conditions:?}")
-                }
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() > deadline {
-                self.fail("not ready in 30 s", last);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.daemon
+            .timed("RemovePodSandbox", rt.remove_pod_sandbox(req))
+            .await
+            .1
     }
 }
 
@@ -148,10 +113,11 @@ async fn measure(daemon: &Daemon, cycles: usize, prepull: Option<&str>) -> Figur
         daemon,
         rt: RuntimeServiceClient::new(channel.clone()),
     };
-    client.wait_ready().await;
+    client.daemon.wait_ready(&mut client.rt).await;
     if let Some(image) = prepull {
         let mut images = ImageServiceClient::new(channel.clone());
         let (_, took) = client
+            .daemon
             .timed(
                 "PullImage",
                 images.pull_image(api::PullImageRequest {
@@ -208,7 +174,7 @@ async fn measure(daemon: &Daemon, cycles: usize, prepull: Option<&str>) -> Figur
     for id in &ids {
         let pids = shim_pids(daemon, id);
         if pids.is_empty() {
-            client.fail(
+            client.daemon.fail(
                 "RSS",
                 format!("no {} process found for sandbox {id}", daemon.shim_name()),
             );

@@ -366,27 +366,11 @@ struct Pod {
 }
 
 impl Client<'_> {
-    fn fail(&self, what: &str, e: impl std::fmt::Display) -> ! {
-        panic!("{} {what}: {e}\n{}", self.daemon.name(), self.daemon.log_tail())
-    }
-
-    async fn timed<T>(
-        &self,
-        what: &str,
-        f: impl std::future::Future<Output = Result<T, tonic::Status>>,
-    ) -> (T, Duration) {
-        let started = Instant::now();
-        match tokio::time::timeout(RPC_TIMEOUT, f).await {
-            Ok(Ok(v)) => (v, started.elapsed()),
-            Ok(Err(e)) => self.fail(what, e),
-            Err(_) => self.fail(what, format!("no answer in {RPC_TIMEOUT:?}")),
-        }
-    }
-
     async fn run_pod(&self, name: &str) -> Pod {
         let mut rt = self.rt.clone();
         let config = pod_config(name, &self.logs);
         let (r, _) = self
+            .daemon
             .timed(
                 "RunPodSandbox",
                 rt.run_pod_sandbox(api::RunPodSandboxRequest {
@@ -405,17 +389,20 @@ impl Client<'_> {
         let stop = api::StopPodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
         };
-        self.timed("StopPodSandbox", rt.stop_pod_sandbox(stop)).await;
+        self.daemon.timed("StopPodSandbox", rt.stop_pod_sandbox(stop)).await;
         let remove = api::RemovePodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
         };
-        self.timed("RemovePodSandbox", rt.remove_pod_sandbox(remove)).await;
+        self.daemon
+            .timed("RemovePodSandbox", rt.remove_pod_sandbox(remove))
+            .await;
     }
 
     /// Creates and starts a container running `command`.
     async fn run(&self, pod: &Pod, name: &str, command: &[&str]) -> String {
         let mut rt = self.rt.clone();
         let (r, _) = self
+            .daemon
             .timed(
                 "CreateContainer",
                 rt.create_container(api::CreateContainerRequest {
@@ -430,7 +417,7 @@ impl Client<'_> {
         let req = api::StartContainerRequest {
             container_id: id.clone(),
         };
-        self.timed("StartContainer", rt.start_container(req)).await;
+        self.daemon.timed("StartContainer", rt.start_container(req)).await;
         id
     }
 
@@ -440,11 +427,11 @@ impl Client<'_> {
             container_id: id.into(),
             timeout: 0,
         };
-        self.timed("StopContainer", rt.stop_container(req)).await;
+        self.daemon.timed("StopContainer", rt.stop_container(req)).await;
         let req = api::RemoveContainerRequest {
             container_id: id.into(),
         };
-        self.timed("RemoveContainer", rt.remove_container(req)).await;
+        self.daemon.timed("RemoveContainer", rt.remove_container(req)).await;
     }
 
     /// The container's log so far (for failures).
@@ -473,35 +460,13 @@ impl Client<'_> {
                 return;
             }
             if Instant::now() > deadline {
-                self.fail(
+                self.daemon.fail(
                     "httpd",
                     format!(
                         "no answer on 127.0.0.1:{port} in 60 s; container log:\n{}",
                         self.container_log("web")
                     ),
                 );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Until Status says RuntimeReady and NetworkReady (containerd's CRI plugin initializes after
-    /// its socket opens).
-    async fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let last = match self.rt.status(api::StatusRequest { verbose: false }).await {
-                Ok(r) => {
-                    let conditions = r.into_inner().status.map(|s| s.conditions).unwrap_or_default();
-                    if conditions.len() >= 2 && conditions.iter().all(|c| c.status) {
-                        return;
-                    }
-                    format!("{conditions:?}")
-                }
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() > deadline {
-                self.fail("not ready in 30 s", last);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -527,9 +492,10 @@ async fn measure(daemon: &Daemon, sessions: usize, downloads: usize, image: &str
         image: image.into(),
         logs,
     };
-    client.wait_ready().await;
+    client.daemon.wait_ready(&mut client.rt).await;
     let mut images = ImageServiceClient::new(channel.clone());
     let (_, took) = client
+        .daemon
         .timed(
             "PullImage",
             images.pull_image(api::PullImageRequest {
@@ -563,7 +529,7 @@ async fn measure(daemon: &Daemon, sessions: usize, downloads: usize, image: &str
             daemon.name(),
             t.status.as_secs_f64() * 1e3
         ),
-        Err(e) => client.fail("warm-up exec session", e),
+        Err(e) => client.daemon.fail("warm-up exec session", e),
     }
     let rss_before = proc_kib(daemon.pid(), "status", "VmRSS");
     let mut exec = Vec::with_capacity(sessions);
@@ -571,7 +537,7 @@ async fn measure(daemon: &Daemon, sessions: usize, downloads: usize, image: &str
     for i in 0..sessions {
         match exec_echo(&mut rt, &idle).await {
             Ok(t) => exec.push(t),
-            Err(e) => client.fail(&format!("exec session {}/{sessions}", i + 1), e),
+            Err(e) => client.daemon.fail(&format!("exec session {}/{sessions}", i + 1), e),
         }
     }
     println!(
@@ -603,7 +569,7 @@ async fn measure(daemon: &Daemon, sessions: usize, downloads: usize, image: &str
                 );
                 done.push(d);
             }
-            Err(e) => client.fail(&format!("download {}/{downloads}", i + 1), e),
+            Err(e) => client.daemon.fail(&format!("download {}/{downloads}", i + 1), e),
         }
     }
     let rss_after_downloads = proc_kib(daemon.pid(), "status", "VmRSS");

@@ -493,6 +493,49 @@ impl Daemon {
     }
 }
 
+/// CRI calls made by the benchmarks: a failure panics with the daemon's log tail.
+impl Daemon {
+    fn fail(&self, what: &str, e: impl std::fmt::Display) -> ! {
+        panic!("{} {what}: {e}\n{}", self.name(), self.log_tail())
+    }
+
+    /// `f`'s answer and how long it took, within RPC_TIMEOUT.
+    async fn timed<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = Result<T, tonic::Status>>,
+    ) -> (T, Duration) {
+        let started = Instant::now();
+        match tokio::time::timeout(RPC_TIMEOUT, f).await {
+            Ok(Ok(v)) => (v, started.elapsed()),
+            Ok(Err(e)) => self.fail(what, e),
+            Err(_) => self.fail(what, format!("no answer in {RPC_TIMEOUT:?}")),
+        }
+    }
+
+    /// Until Status says RuntimeReady and NetworkReady (containerd's CRI plugin initializes after
+    /// its socket opens; both load the CNI conf dir).
+    async fn wait_ready(&self, rt: &mut RuntimeServiceClient<Channel>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let last = match rt.status(api::StatusRequest { verbose: false }).await {
+                Ok(r) => {
+                    let conditions = r.into_inner().status.map(|s| s.conditions).unwrap_or_default();
+                    if conditions.len() >= 2 && conditions.iter().all(|c| c.status) {
+                        return;
+                    }
+                    format!("{conditions:?}")
+                }
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                self.fail("not ready in 30 s", last);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         for note in self.shutdown() {
