@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,8 @@ use libcgroups::common::{create_cgroup_manager, AnyCgroupManager, CgroupConfig, 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::{
-    Capabilities, Capability as SpecCapability, LinuxResources, LinuxSeccomp, Process, Spec,
+    Capabilities, Capability as SpecCapability, LinuxCapabilities, LinuxNamespaceType, LinuxResources, LinuxSeccomp,
+    Process, Spec,
 };
 use libcontainer::syscall::syscall::SyscallType;
 use libcontainer::workload::default::DefaultExecutor;
@@ -361,6 +362,7 @@ impl Containers {
 
         let root = self.root.clone();
         let log_file = self.log_path();
+        let log_start = std::fs::metadata(&log_file).map(|m| m.len()).unwrap_or(0);
         let console_path = console.as_ref().map(|c| c.path().to_path_buf());
         let tty = opts.tty;
         // The closure owns the child's ends: the shim's copies close when in_helper returns.
@@ -387,8 +389,9 @@ impl Containers {
                 .build()
                 .map_err(|e| {
                     ApiError::internal(format!(
-                        "creating container {id}: {} (details in {log_file:?})",
-                        chain(&e)
+                        "creating container {id}: {}{} (details in {log_file:?})",
+                        chain(&e),
+                        first_errors(&log_file, log_start)
                     ))
                 })?;
             let Some(pid) = container.pid() else {
@@ -1317,11 +1320,24 @@ fn exec_in_helper(
         .set_env(Some(merged))
         .set_terminal(Some(io.console.is_some()))
         .set_console_size(None);
-    let exec_seccomp = spec
+    let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().clone());
+    let userns = spec
         .linux()
         .as_ref()
-        .and_then(|l| l.seccomp().clone())
-        .map(|profile| ExecSeccomp::prepare(profile, &mut process));
+        .and_then(|l| l.namespaces().as_ref())
+        .and_then(|nss| nss.iter().find(|ns| ns.typ() == LinuxNamespaceType::User))
+        .and_then(|ns| ns.path().clone());
+    let (exec_seccomp, exec_userns) = match userns {
+        Some(path) => {
+            let entry = ExecUserns::prepare(path, &mut process)?;
+            let seccomp = seccomp.map(|profile| ExecSeccomp {
+                profile,
+                drop_sys_admin: !entry.keeps_sys_admin(),
+            });
+            (seccomp, Some(entry))
+        }
+        None => (seccomp.map(|profile| ExecSeccomp::prepare(profile, &mut process)), None),
+    };
     let body = serde_json::to_vec(&process).map_err(|e| ApiError::internal(e.to_string()))?;
     OpenOptions::new()
         .write(true)
@@ -1334,6 +1350,7 @@ fn exec_in_helper(
     let builder = ContainerBuilder::new(id.to_owned(), SyscallType::Linux)
         .with_executor(ShimExecutor {
             exec_seccomp,
+            exec_userns,
             winsize: io.winsize,
         })
         .with_root_path(root)
@@ -1551,6 +1568,8 @@ fn read_available(rx: OwnedFd) -> std::io::Result<Vec<u8>> {
 struct ShimExecutor {
     /// For exec'd processes: the container's filter, which libcontainer's tenant builder leaves out.
     exec_seccomp: Option<ExecSeccomp>,
+    /// For exec'd processes of a container in a pod user namespace: entering it.
+    exec_userns: Option<ExecUserns>,
     /// For exec'd processes on a terminal: its initial size (libcontainer 0.7 ignores the OCI
     /// consoleSize), set here so that the process sees it from its first instruction.
     winsize: Option<(u16, u16)>,
@@ -1610,6 +1629,128 @@ impl ExecSeccomp {
     }
 }
 
+/// An exec'd process of a container in a pod user namespace. libcontainer 0.7's tenant
+/// builder joins every namespace of the container except the user namespace (its list leaves
+/// "user" out), so its exec would run as the host's root. Instead the tenant is built as root
+/// holding CAP_SYS_ADMIN only, and the executor, last before exec: enters the user namespace
+/// (which grants a full capability set inside it), takes the container's user and groups, then
+/// its capability sets and no_new_privs, as libcontainer does for the container's init.
+#[derive(Clone)]
+struct ExecUserns {
+    /// Inode of the pod's user namespace, as the host sees it at the spec's path.
+    ns_inode: u64,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    capabilities: LinuxCapabilities,
+    no_new_privs: bool,
+}
+
+impl ExecUserns {
+    /// Takes the container's identity out of `process`, leaving what the tenant needs to get here.
+    fn prepare(path: PathBuf, process: &mut Process) -> Result<Self, ApiError> {
+        let ns_inode = fs::metadata(&path)
+            .map_err(|e| ApiError::internal(format!("the pod's user namespace {path:?}: {e}")))?
+            .ino();
+        let user = process.user().clone();
+        let entry = ExecUserns {
+            ns_inode,
+            uid: user.uid(),
+            gid: user.gid(),
+            groups: user.additional_gids().clone().unwrap_or_default(),
+            capabilities: process.capabilities().clone().unwrap_or_default(),
+            no_new_privs: process.no_new_privileges() == Some(true),
+        };
+        let mut root = user;
+        root.set_uid(0).set_gid(0).set_additional_gids(None);
+        let sys_admin: Capabilities = [SpecCapability::SysAdmin].into_iter().collect();
+        let mut caps = LinuxCapabilities::default();
+        caps.set_bounding(Some(sys_admin.clone()))
+            .set_effective(Some(sys_admin.clone()))
+            .set_permitted(Some(sys_admin))
+            .set_inheritable(None)
+            .set_ambient(None);
+        process
+            .set_user(root)
+            .set_capabilities(Some(caps))
+            .set_no_new_privileges(Some(false));
+        Ok(entry)
+    }
+
+    /// Whether the container's own effective set has CAP_SYS_ADMIN (else it is held only until
+    /// the seccomp filter is loaded).
+    fn keeps_sys_admin(&self) -> bool {
+        self.no_new_privs
+            || self
+                .capabilities
+                .effective()
+                .as_ref()
+                .is_some_and(|e| e.contains(&SpecCapability::SysAdmin))
+    }
+
+    fn enter(&self) -> Result<(), ExecutorError> {
+        let fail = |what: &str, e: std::io::Error| ExecutorError::Other(format!("exec: {what}: {e}"));
+        // By now the process is in the container's mount and PID namespaces, where the host's
+        // path to the namespace means nothing; PID 1 there (pause, or the container's init)
+        // is in the pod's user namespace. The inode check makes sure of it.
+        let ns = File::open("/proc/1/ns/user").map_err(|e| fail("opening the pod's user namespace", e))?;
+        let inode = ns
+            .metadata()
+            .map_err(|e| fail("reading the pod's user namespace", e))?
+            .ino();
+        if inode != self.ns_inode {
+            return Err(ExecutorError::Other(format!(
+                "exec: PID 1 of the container is not in the pod's user namespace ({inode} != {})",
+                self.ns_inode
+            )));
+        }
+        // SAFETY: plain syscalls on a valid fd and on this (single-threaded) process's credentials.
+        unsafe {
+            if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+                return Err(fail(
+                    "entering the pod's user namespace",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            let groups: Vec<libc::gid_t> = self.groups.clone();
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
+                return Err(fail("setgroups", std::io::Error::last_os_error()));
+            }
+            if libc::setresgid(self.gid, self.gid, self.gid) != 0 {
+                return Err(fail("setresgid", std::io::Error::last_os_error()));
+            }
+            // Keep the permitted set across the uid change; the sets are set right after.
+            if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 {
+                return Err(fail("PR_SET_KEEPCAPS", std::io::Error::last_os_error()));
+            }
+            if libc::setresuid(self.uid, self.uid, self.uid) != 0 {
+                return Err(fail("setresuid", std::io::Error::last_os_error()));
+            }
+        }
+        let mut caps = self.capabilities.clone();
+        if !self.keeps_sys_admin() {
+            // Held in effective and permitted (never bounding) until the filter is loaded.
+            let add = |set: &Option<Capabilities>| {
+                let mut set = set.clone().unwrap_or_default();
+                set.insert(SpecCapability::SysAdmin);
+                Some(set)
+            };
+            let (e, p) = (add(caps.effective()), add(caps.permitted()));
+            caps.set_effective(e).set_permitted(p);
+        }
+        let syscall = libcontainer::syscall::syscall::create_syscall();
+        libcontainer::capabilities::drop_privileges(&caps, &*syscall)
+            .map_err(|e| ExecutorError::Other(format!("exec: setting capabilities: {e}")))?;
+        if self.no_new_privs {
+            // SAFETY: no pointers.
+            if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                return Err(fail("PR_SET_NO_NEW_PRIVS", std::io::Error::last_os_error()));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Executor for ShimExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
         reset_signals();
@@ -1619,6 +1760,9 @@ impl Executor for ShimExecutor {
             if let Err(e) = stdio::set_winsize(0, ws) {
                 tracing::warn!(error = %e, "setting the exec's terminal size");
             }
+        }
+        if let Some(userns) = &self.exec_userns {
+            userns.enter()?;
         }
         if let Some(seccomp) = &self.exec_seccomp {
             seccomp.load()?;
@@ -1697,6 +1841,24 @@ fn reset_signals() {
             8usize,
         );
     }
+}
+
+/// The first error lines libcontainer's helpers wrote to the shim log: "failed to prepare
+/// rootfs" alone does not say which mount failed, and a failed pod takes its log with it.
+/// Only lines after `since` (the log's length when the attempt began) count.
+fn first_errors(log_file: &Path, since: u64) -> String {
+    let Ok(bytes) = std::fs::read(log_file) else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(bytes.get(since as usize..).unwrap_or_default());
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    // The first errors say what failed; the later ones only report it upwards.
+    let head = &errors[..errors.len().min(2)];
+    if head.is_empty() {
+        return String::new();
+    }
+    let joined = head.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" | ");
+    format!(": {}", joined.chars().take(2000).collect::<String>())
 }
 
 #[cfg(test)]

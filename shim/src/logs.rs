@@ -135,7 +135,7 @@ pub fn open_log(path: &Path) -> io::Result<File> {
         .mode(0o640)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(path)?;
-    // The shim's umask (077) took group read away.
+    // A umask of 077 (the shim's, during its setup) takes group read away.
     let meta = f.metadata()?;
     if meta.permissions().mode() & 0o777 == 0o600 {
         f.set_permissions(fs::Permissions::from_mode(0o640))?;

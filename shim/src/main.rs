@@ -226,6 +226,10 @@ fn setup(args: &Args) -> Result<Server, String> {
 
     let listener = listen(&dir.join("shim.sock"))?;
     write_pid_file(&dir)?;
+    // The shim's own files are private (its dir is 0700). What libcontainer makes from here on
+    // — cgroup dirs, mount points in a rootfs — gets runc's 0755: a pod user namespace's root
+    // is not the host's and must be able to walk its own cgroup path to bind it.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     Ok(Server::new(
         args.id.clone(),
         dir,

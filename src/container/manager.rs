@@ -8,13 +8,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::events::Events;
 use super::record::{container_name, ContainerRecord, ContainerState};
 use super::spec::{container_spec, ContainerSpec};
 use crate::api;
 use crate::config::{Config, DefaultSeccomp};
 use crate::image::{ImageError, ImageManager};
-use crate::keyed_lock::KeyedLocks;
+use crate::keyed_lock::{KeyedGuard, KeyedLocks};
 use crate::sandbox::files;
 use crate::sandbox::manager::{clamp_oom_score_adj, SandboxError, SandboxManager};
 use crate::sandbox::record::SandboxState;
@@ -64,6 +66,8 @@ pub struct ContainerManager {
     /// Held while a state change that sends an event is stored and sent, so a container's events
     /// go out in order and its exit is reported once, whoever notices it first.
     transitions: tokio::sync::Mutex<()>,
+    /// Containers made but not yet handed to a caller (see `create`).
+    unclaimed: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl ContainerManager {
@@ -82,6 +86,7 @@ impl ContainerManager {
             id_locks: KeyedLocks::default(),
             events: Events::default(),
             transitions: tokio::sync::Mutex::new(()),
+            unclaimed: Default::default(),
         }
     }
 
@@ -259,12 +264,61 @@ impl ContainerManager {
 
     /// CreateContainer: a writable layer on the image, a spec, and the shim creating (not
     /// starting) the process.
+    ///
+    /// As RunPodSandbox (`SandboxManager::run`, CRI-O's resource store): the work runs in its
+    /// own task, so a kubelet that gives up (deadline) cannot leave it half done, and a container
+    /// made after its caller left is kept unclaimed for the kubelet's retry of the same name,
+    /// which gets the same ID instead of "name is reserved". A retry arriving while the first is
+    /// still being made waits for it on the name lock. Unclaimed containers are remembered in
+    /// memory only: after a daemon restart the retry gets AlreadyExists, and the kubelet finds
+    /// the container by listing.
     pub async fn create(
-        &self,
+        self: &Arc<Self>,
         sandbox_id: &str,
         config: api::ContainerConfig,
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> Result<String, ContainerError> {
+        validate_config(&config)?;
+        let manager = self.clone();
+        let sandbox_id = sandbox_id.to_string();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(
+            async move {
+                let name_lock = manager.create_named(&sandbox_id, config, sandbox_config).await;
+                let (result, _name_lock) = match name_lock {
+                    Ok((id, lock)) => {
+                        manager
+                            .unclaimed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id.clone());
+                        (Ok(id), Some(lock))
+                    }
+                    Err(e) => (Err(e), None),
+                };
+                // Decided while the name lock is still held: a retry waiting on it sees the outcome.
+                if let Err(Ok(id)) = tx.send(result) {
+                    tracing::info!(container = %id, "container created after the caller gave up; kept for its retry");
+                }
+            }
+            .instrument(tracing::Span::current()),
+        );
+        let id = rx
+            .await
+            .map_err(|_| ContainerError::Failed("container creation task died".into()))??;
+        // Delivered: from here on a create of the same name is a duplicate.
+        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        Ok(id)
+    }
+
+    /// Makes the container (or finds the unclaimed one of the same name); answers its ID with
+    /// the name lock, still held.
+    async fn create_named(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> Result<(String, KeyedGuard<'_>), ContainerError> {
         let sandbox_id = self.sandboxes.resolve(sandbox_id)?;
         let sandbox = self.sandboxes.get(&sandbox_id)?;
         if self.sandboxes.live_state(&sandbox).await != SandboxState::Ready {
@@ -300,8 +354,13 @@ impl ContainerManager {
             Err(e) => return Err(e.into()),
         };
         let name = container_name(&metadata, &sandbox_config.metadata.clone().unwrap_or_default());
-        let _name_lock = self.name_locks.lock(&name).await;
+        let name_lock = self.name_locks.lock(&name).await;
         if let Some(holder) = self.store.name_holder(Kind::Container, &name)? {
+            let unclaimed = self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&holder);
+            if unclaimed {
+                tracing::info!(container = %holder, "handing a container made for a timed-out request to its retry");
+                return Ok((holder, name_lock));
+            }
             return Err(ContainerError::AlreadyExists(format!(
                 "container name {name:?} is reserved for container {holder}"
             )));
@@ -343,7 +402,7 @@ impl ContainerManager {
                 tracing::info!(container = %id, sandbox = %sandbox_id, name = %name, "container created");
                 self.emit(&id, &sandbox_id, api::ContainerEventType::ContainerCreatedEvent)
                     .await;
-                Ok(id)
+                Ok((id, name_lock))
             }
             Err(e) => {
                 tracing::warn!(container = %id, error = %e, "container creation failed; rolling back");
@@ -393,17 +452,39 @@ impl ContainerManager {
             .map(|l| self.images.snapshots().fs_path(&l.chain_id))
             .collect();
         let rootfs = dir.join("rootfs");
-        crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
-            .map_err(failed("mounting the container's rootfs"))?;
         let ns = sandbox_config
             .linux
             .as_ref()
             .and_then(|l| l.security_context.as_ref())
             .and_then(|s| s.namespace_options.clone())
             .unwrap_or_default();
+        // Checked when the pod was made.
+        let userns = crate::sandbox::userns::pod_user_namespace(&ns).ok().flatten();
+        let mut staged = None;
+        match &userns {
+            // In a pod user namespace the image's files must appear as the pod's: idmapped layers.
+            Some(pod) => {
+                let ns_file = std::fs::File::open(format!("/proc/{}/ns/user", sandbox.pause_pid))
+                    .map_err(failed("opening the pod's user namespace"))?;
+                let root_ids = (pod.uids.host_id, pod.gids.host_id);
+                crate::snapshot::idmap::mount_overlay_idmapped(
+                    &lowers,
+                    &dir,
+                    &dir.join("upper"),
+                    &dir.join("work"),
+                    &rootfs,
+                    &ns_file,
+                    root_ids,
+                )
+                .map_err(failed("mounting the container's idmapped rootfs"))?;
+                staged = stage_idmapped_volumes(config, pod, &dir, &ns_file)?;
+            }
+            None => crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
+                .map_err(failed("mounting the container's rootfs"))?,
+        }
         let spec = container_spec(&ContainerSpec {
             id: &record.id,
-            config,
+            config: staged.as_ref().unwrap_or(config),
             sandbox: sandbox_config,
             image: &image.config,
             rootfs: rootfs.clone(),
@@ -412,6 +493,7 @@ impl ContainerManager {
             host_network: ns.network() == api::NamespaceMode::Node,
             host_ipc: ns.ipc() == api::NamespaceMode::Node,
             host_pid: ns.pid() == api::NamespaceMode::Node,
+            userns,
             cgroups_path: record.cgroups_path.clone(),
             oom_score_adj_floor: clamp_oom_score_adj(-1000),
         })
@@ -602,6 +684,7 @@ impl ContainerManager {
             return Ok(());
         };
         self.cleanup(&record).await?;
+        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
         {
             let _order = self.transitions.lock().await;
             self.store.delete::<ContainerRecord>(&id, Some(&record.name))?;
@@ -621,6 +704,7 @@ impl ContainerManager {
         }
         let dir = self.dir(&record.id);
         crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the rootfs"))?;
+        crate::snapshot::idmap::unmount_idmapped_views(&dir).map_err(failed("unmounting the idmapped views"))?;
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed("removing the container directory")(e)),
             _ => Ok(()),
@@ -725,7 +809,7 @@ impl ContainerManager {
         let Some(resources) = resources else {
             return Ok(());
         };
-        validate_resources(&resources)?;
+        validate_resources("UpdateContainerResources", &resources)?;
         let oci =
             super::spec::update_resources(&resources).map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
         let _lock = self.id_locks.lock(&id).await;
@@ -777,9 +861,136 @@ async fn poll_exits(weak: Weak<ContainerManager>, sandbox_id: String) {
     }
 }
 
+/// Checks a CreateContainer request before anything is made: what the kubelet never sends and
+/// the spec or the shim would trip over later (or, worse, follow: a log path or mount target
+/// leaving its directory).
+fn validate_config(config: &api::ContainerConfig) -> Result<(), ContainerError> {
+    fn invalid(message: String) -> Result<(), ContainerError> {
+        Err(ContainerError::InvalidArgument(format!("CreateContainer: {message}")))
+    }
+    fn no_nul(field: &str, value: &str) -> Result<(), ContainerError> {
+        if value.contains('\0') {
+            return invalid(format!("{field} contains a NUL byte"));
+        }
+        Ok(())
+    }
+    /// An absolute path with no `..` component.
+    fn absolute(field: &str, value: &str) -> Result<(), ContainerError> {
+        no_nul(field, value)?;
+        if value.len() > 4096 {
+            return invalid(format!("{field} is {} bytes long (at most 4096)", value.len()));
+        }
+        if !value.starts_with('/') {
+            return invalid(format!("{field} {value:?} must be an absolute path"));
+        }
+        if value.split('/').any(|c| c == "..") {
+            return invalid(format!("{field} {value:?} must not contain \"..\""));
+        }
+        Ok(())
+    }
+    let Some(metadata) = &config.metadata else {
+        return invalid("config.metadata is required".into());
+    };
+    if metadata.name.is_empty() {
+        return invalid("config.metadata.name is required".into());
+    }
+    if metadata.name.len() > 253 || metadata.name.contains(['/', '\0']) {
+        let shown: String = metadata.name.chars().take(64).collect();
+        return invalid(format!(
+            "config.metadata.name {shown:?} ({} bytes) is not a valid name",
+            metadata.name.len()
+        ));
+    }
+    let image = config.image.as_ref().map(|i| i.image.as_str()).unwrap_or_default();
+    if image.is_empty() {
+        return invalid("config.image.image is required".into());
+    }
+    if image.len() > 4096 {
+        return invalid(format!(
+            "config.image.image is {} bytes long (at most 4096)",
+            image.len()
+        ));
+    }
+    no_nul("config.image.image", image)?;
+    for arg in config.command.iter().chain(&config.args) {
+        no_nul("config.command/args", arg)?;
+    }
+    if !config.working_dir.is_empty() {
+        absolute("config.working_dir", &config.working_dir)?;
+    }
+    for env in &config.envs {
+        if env.key.is_empty() || env.key.contains('=') {
+            return invalid(format!("environment variable name {:?} is not valid", env.key));
+        }
+        no_nul("an environment variable", &env.key)?;
+        if env.value.contains(&0) {
+            return invalid(format!("environment variable {:?} contains a NUL byte", env.key));
+        }
+    }
+    for mount in &config.mounts {
+        absolute("mount container_path", &mount.container_path)?;
+        // An image volume names an image instead of a host path.
+        if !mount.host_path.is_empty() || mount.image.is_none() {
+            absolute("mount host_path", &mount.host_path)?;
+        }
+        if api::MountPropagation::try_from(mount.propagation).is_err() {
+            return invalid(format!(
+                "mount {:?}: propagation {} is not a MountPropagation",
+                mount.container_path, mount.propagation
+            ));
+        }
+    }
+    for device in &config.devices {
+        absolute("device container_path", &device.container_path)?;
+        absolute("device host_path", &device.host_path)?;
+        if !device.permissions.chars().all(|c| matches!(c, 'r' | 'w' | 'm')) {
+            return invalid(format!(
+                "device {:?}: permissions {:?} are not a combination of r, w and m",
+                device.container_path, device.permissions
+            ));
+        }
+    }
+    if !config.log_path.is_empty() {
+        no_nul("config.log_path", &config.log_path)?;
+        if config.log_path.starts_with('/') || config.log_path.split('/').any(|c| c == "..") {
+            return invalid(format!(
+                "config.log_path {:?} must be relative to the pod's log directory, without \"..\"",
+                config.log_path
+            ));
+        }
+    }
+    if let Some(linux) = &config.linux {
+        if let Some(resources) = &linux.resources {
+            validate_resources("CreateContainer", resources)?;
+        }
+        if let Some(security) = &linux.security_context {
+            if let Some(ns) = &security.namespace_options {
+                let modes = [
+                    ("network", ns.network),
+                    ("pid", ns.pid),
+                    ("ipc", ns.ipc),
+                    ("userns", ns.userns_options.as_ref().map(|u| u.mode).unwrap_or_default()),
+                ];
+                for (field, mode) in modes {
+                    if api::NamespaceMode::try_from(mode).is_err() {
+                        return invalid(format!("namespace_options.{field} {mode} is not a NamespaceMode"));
+                    }
+                }
+            }
+            let profiles = [&security.seccomp, &security.apparmor];
+            for profile in profiles.into_iter().flatten() {
+                if api::security_profile::ProfileType::try_from(profile.profile_type).is_err() {
+                    return invalid(format!("security profile type {} is not known", profile.profile_type));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// UpdateContainerResources refuses negative limits, but OCI's -1 ("unlimited") for the CPU
 /// quota and the swap limit.
-fn validate_resources(r: &api::LinuxContainerResources) -> Result<(), ContainerError> {
+fn validate_resources(rpc: &str, r: &api::LinuxContainerResources) -> Result<(), ContainerError> {
     let checks = [
         ("cpu_period", r.cpu_period, 0),
         ("cpu_quota", r.cpu_quota, -1),
@@ -790,7 +1001,7 @@ fn validate_resources(r: &api::LinuxContainerResources) -> Result<(), ContainerE
     for (name, value, min) in checks {
         if value < min {
             return Err(ContainerError::InvalidArgument(format!(
-                "UpdateContainerResources: {name} {value} is negative"
+                "{rpc}: {name} {value} is negative"
             )));
         }
     }
@@ -870,6 +1081,45 @@ fn signal_number(name: &str) -> Option<i32> {
     Some(n)
 }
 
+/// Volumes the kubelet asks to be idmapped (CRI mounts with uid/gid mappings, in a pod with its
+/// own user namespace) get an idmapped view each, which the spec binds instead of the host path.
+/// None when no mount asks. The mappings must be the pod's: the view is made through the pod's
+/// user namespace.
+fn stage_idmapped_volumes(
+    config: &api::ContainerConfig,
+    pod: &crate::sandbox::userns::PodUserNs,
+    dir: &std::path::Path,
+    userns: &std::fs::File,
+) -> Result<Option<api::ContainerConfig>, ContainerError> {
+    if config
+        .mounts
+        .iter()
+        .all(|m| m.uid_mappings.is_empty() && m.gid_mappings.is_empty())
+    {
+        return Ok(None);
+    }
+    let same = |maps: &[api::IdMapping], range: &crate::sandbox::userns::IdRange| matches!(maps, [m] if m.container_id == range.container_id && m.host_id == range.host_id && m.length == range.length);
+    let mut staged = config.clone();
+    for (i, mount) in staged.mounts.iter_mut().enumerate() {
+        if mount.uid_mappings.is_empty() && mount.gid_mappings.is_empty() {
+            continue;
+        }
+        if !same(&mount.uid_mappings, &pod.uids) || !same(&mount.gid_mappings, &pod.gids) {
+            return Err(ContainerError::InvalidArgument(format!(
+                "mount at {}: idmapped mounts must use the pod's user namespace mappings",
+                mount.container_path
+            )));
+        }
+        let view =
+            crate::snapshot::idmap::stage_idmapped_volume(std::path::Path::new(&mount.host_path), dir, i, userns)
+                .map_err(failed(&format!("idmapping the volume {}", mount.host_path)))?;
+        mount.host_path = view.display().to_string();
+        mount.uid_mappings.clear();
+        mount.gid_mappings.clear();
+    }
+    Ok(Some(staged))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -904,7 +1154,7 @@ mod tests {
             unified: [("pids.max".to_string(), "9".to_string())].into(),
             ..Default::default()
         };
-        validate_resources(&update).unwrap();
+        validate_resources("", &update).unwrap();
         let merged = merge_resources(old, update);
         assert_eq!(
             (merged.cpu_shares, merged.cpu_quota, merged.cpu_period),
@@ -936,15 +1186,18 @@ mod tests {
             },
         ] {
             assert!(
-                matches!(validate_resources(&bad), Err(ContainerError::InvalidArgument(_))),
+                matches!(validate_resources("", &bad), Err(ContainerError::InvalidArgument(_))),
                 "{bad:?}"
             );
         }
-        validate_resources(&api::LinuxContainerResources {
-            cpu_quota: -1,
-            memory_swap_limit_in_bytes: -1,
-            ..Default::default()
-        })
+        validate_resources(
+            "",
+            &api::LinuxContainerResources {
+                cpu_quota: -1,
+                memory_swap_limit_in_bytes: -1,
+                ..Default::default()
+            },
+        )
         .unwrap();
     }
 

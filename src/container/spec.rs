@@ -20,6 +20,7 @@ use super::{seccomp, user};
 use crate::api;
 use crate::api::{MountPropagation, NamespaceMode};
 use crate::image::record::ImageConfig;
+use crate::sandbox::userns::{IdRange, PodUserNs};
 
 /// runc's defaults: paths a container must not read or write through.
 pub const DEFAULT_MASKED_PATHS: &[&str] = &[
@@ -54,6 +55,10 @@ pub struct SandboxSpec<'a> {
     pub rootfs: PathBuf,
     /// The pinned network namespace to join; None for a host-network pod.
     pub netns: Option<PathBuf>,
+    /// The pod's own user namespace, made by pause with these mappings. pause then makes the
+    /// network namespace too (one the user namespace owns, so sysfs can be mounted in it); the
+    /// daemon pins it once pause runs.
+    pub userns: Option<PodUserNs>,
     pub host_pid: bool,
     pub host_ipc: bool,
     /// Source of the pod's /dev/shm (a tmpfs the daemon mounted, or the host's /dev/shm).
@@ -92,8 +97,18 @@ pub fn pause_spec(s: &SandboxSpec<'_>) -> Result<Spec, SpecError> {
     }
     // A host-network pod keeps the host's network and hostname (as the kubelet expects).
     if let Some(path) = &s.netns {
-        namespaces.push(json!({"type": "network", "path": path}));
+        if s.userns.is_some() {
+            namespaces.push(json!({"type": "network"}));
+        } else {
+            namespaces.push(json!({"type": "network", "path": path}));
+        }
         namespaces.push(json!({"type": "uts"}));
+    }
+    let (mut uid_mappings, mut gid_mappings) = (Vec::new(), Vec::new());
+    if let Some(userns) = &s.userns {
+        namespaces.push(json!({"type": "user"}));
+        uid_mappings.push(id_mapping(&userns.uids));
+        gid_mappings.push(id_mapping(&userns.gids));
     }
 
     let spec = json!({
@@ -127,9 +142,15 @@ pub fn pause_spec(s: &SandboxSpec<'_>) -> Result<Spec, SpecError> {
             "maskedPaths": DEFAULT_MASKED_PATHS,
             "readonlyPaths": DEFAULT_READONLY_PATHS,
             "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+            "uidMappings": uid_mappings,
+            "gidMappings": gid_mappings,
         },
     });
     serde_json::from_value(spec).map_err(|e| SpecError::Invalid(format!("building the sandbox spec: {e}")))
+}
+
+fn id_mapping(range: &IdRange) -> Value {
+    json!({"containerID": range.container_id, "hostID": range.host_id, "size": range.length})
 }
 
 /// `uid[:gid]` of an image USER; names need the image's /etc/passwd, which the sandbox image
@@ -246,6 +267,8 @@ pub struct ContainerSpec<'a> {
     pub host_network: bool,
     pub host_ipc: bool,
     pub host_pid: bool,
+    /// The pod's own user namespace (pause's, joined); None for the host's.
+    pub userns: Option<PodUserNs>,
     pub cgroups_path: String,
     /// The daemon's own oom_score_adj: a container cannot ask for less (no CAP_SYS_RESOURCE).
     pub oom_score_adj_floor: i32,
@@ -913,7 +936,7 @@ fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
     }
     if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
         return Err(SpecError::Invalid(format!(
-            "mount at {destination}: idmapped mounts need user namespaces, which are not supported"
+            "mount at {destination}: idmapped mounts need the pod's own user namespace"
         )));
     }
     let propagation = MountPropagation::try_from(m.propagation).unwrap_or(MountPropagation::PropagationPrivate);
@@ -1034,10 +1057,16 @@ fn container_namespaces(
     privileged: bool,
 ) -> Result<Vec<Value>, SpecError> {
     let options = sc.namespace_options.clone().unwrap_or_default();
-    if let Some(userns) = &options.userns_options {
-        if userns.mode() != NamespaceMode::Node {
-            return Err(SpecError::Invalid("user namespaces are not supported".into()));
-        }
+    // A container lives in its pod's user namespace; it can only ask for that one.
+    let asked = crate::sandbox::userns::pod_user_namespace(&options).map_err(SpecError::Invalid)?;
+    let asks_pod_userns = options
+        .userns_options
+        .as_ref()
+        .is_some_and(|u| u.mode() == NamespaceMode::Pod);
+    if asks_pod_userns && asked != s.userns {
+        return Err(SpecError::Invalid(
+            "the container's user namespace options differ from its pod's".into(),
+        ));
     }
     let pause = |kind: &str| -> Result<Value, SpecError> {
         if s.pause_pid == 0 {
@@ -1046,6 +1075,10 @@ fn container_namespaces(
         Ok(json!({"type": kind_name(kind), "path": format!("/proc/{}/ns/{kind}", s.pause_pid)}))
     };
     let mut namespaces = vec![json!({"type": "mount"})];
+    // Joined first (libcontainer enters the user namespace before the others).
+    if s.userns.is_some() {
+        namespaces.push(pause("user")?);
+    }
     if !s.host_network {
         namespaces.push(pause("net")?);
         namespaces.push(pause("uts")?);
@@ -1408,6 +1441,7 @@ mod tests {
             hostname: "web-0",
             rootfs: "/r/rootfs".into(),
             netns,
+            userns: None,
             host_pid: false,
             host_ipc: false,
             shm: "/r/shm".into(),
@@ -1579,6 +1613,7 @@ mod container_tests {
             host_network: host.network,
             host_ipc: host.ipc,
             host_pid: host.pid,
+            userns: None,
             cgroups_path: "/kubepods/pod1/c1".into(),
             oom_score_adj_floor: -998,
         };

@@ -9,18 +9,21 @@
 //!
 //! Every create step has its undo; a failed RunPodSandbox leaves nothing behind.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
+use tracing::Instrument;
 
 use super::cni::{AttachRequest, CniManager, PortMapping};
 use super::files;
 use super::netns::NetNs;
 use super::record::{sandbox_name, SandboxRecord, SandboxState};
+use super::userns;
 use crate::api;
 use crate::config::{CgroupDriver, Config};
 use crate::container::spec::{pause_spec, SandboxSpec};
@@ -72,6 +75,8 @@ pub struct SandboxManager {
     shims: Mutex<HashMap<String, Arc<ShimClient>>>,
     name_locks: KeyedLocks,
     id_locks: KeyedLocks,
+    /// Sandboxes made but not yet handed to a caller (see `run`).
+    unclaimed: std::sync::Mutex<HashSet<String>>,
 }
 
 impl SandboxManager {
@@ -91,6 +96,7 @@ impl SandboxManager {
             shims: Mutex::new(HashMap::new()),
             name_locks: KeyedLocks::default(),
             id_locks: KeyedLocks::default(),
+            unclaimed: Default::default(),
         }
     }
 
@@ -141,35 +147,75 @@ impl SandboxManager {
     }
 
     /// RunPodSandbox. The work runs in its own task so a kubelet that stops waiting (deadline)
-    /// cannot leave it half done; the finished sandbox is then kept for the kubelet's retry.
+    /// cannot leave it half done; the finished sandbox is then kept for the kubelet's retry
+    /// (CRI-O's resource store): a retry of the same name gets it instead of "name is reserved",
+    /// and a retry arriving while the first is still being made waits for it (name lock).
+    ///
+    /// A made sandbox is "unclaimed" until this call hands its ID to the caller: if the call is
+    /// dropped first (the client gave up, tonic dropped the handler), it stays unclaimed and the
+    /// next create of the name claims it. Whether the caller left is decided under the name lock,
+    /// so a retry waiting on that lock always sees the outcome.
     pub async fn run(self: &Arc<Self>, config: api::PodSandboxConfig, handler: String) -> Result<String, SandboxError> {
         validate(&config, &handler, &self.config)?;
         let manager = self.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let result = manager.run_inner(config, handler).await;
-            if let Err(Ok(id)) = tx.send(result) {
-                // Nobody is waiting any more: keep the sandbox for the retry.
-                if let Ok(mut record) = manager.get(&id) {
-                    record.unclaimed = true;
-                    let _ = manager.store.put(&record);
-                    tracing::info!(sandbox = %id, "sandbox created after the caller gave up; kept for its retry");
-                }
+        tokio::spawn(
+            async move {
+                manager.run_inner(config, handler, tx).await;
             }
-        });
-        rx.await
-            .map_err(|_| SandboxError::Failed("sandbox creation task died".into()))?
+            .instrument(tracing::Span::current()),
+        );
+        let id = rx
+            .await
+            .map_err(|_| SandboxError::Failed("sandbox creation task died".into()))??;
+        // Delivered: from here on a create of the same name is a duplicate.
+        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        Ok(id)
     }
 
-    async fn run_inner(&self, config: api::PodSandboxConfig, handler: String) -> Result<String, SandboxError> {
+    async fn run_inner(
+        &self,
+        config: api::PodSandboxConfig,
+        handler: String,
+        tx: tokio::sync::oneshot::Sender<Result<String, SandboxError>>,
+    ) {
         let metadata = config.metadata.clone().unwrap_or_default();
         let name = sandbox_name(&metadata);
         let _name_lock = self.name_locks.lock(&name).await;
+        let result = self.run_named(&name, config, handler).await;
+        if let Ok(id) = &result {
+            self.unclaimed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.clone());
+        }
+        if let Err(Ok(id)) = tx.send(result) {
+            // Nobody is waiting any more: keep the sandbox for the retry, also across a restart.
+            if let Ok(mut record) = self.get(&id) {
+                record.unclaimed = true;
+                let _ = self.store.put(&record);
+                tracing::info!(sandbox = %id, "sandbox created after the caller gave up; kept for its retry");
+            }
+        }
+    }
+
+    /// Creates the sandbox `name` (its name lock held), or hands over an unclaimed one.
+    async fn run_named(
+        &self,
+        name: &str,
+        config: api::PodSandboxConfig,
+        handler: String,
+    ) -> Result<String, SandboxError> {
+        let name = name.to_string();
         if let Some(holder) = self.store.name_holder(Kind::Sandbox, &name)? {
+            let pending = self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&holder);
             if let Some(mut existing) = self.store.get::<SandboxRecord>(&holder)? {
-                if existing.unclaimed {
-                    existing.unclaimed = false;
-                    self.store.put(&existing)?;
+                if pending || existing.unclaimed {
+                    if existing.unclaimed {
+                        existing.unclaimed = false;
+                        self.store.put(&existing)?;
+                    }
+                    tracing::info!(sandbox = %holder, "handing a sandbox made for a timed-out request to its retry");
                     return Ok(existing.id);
                 }
             }
@@ -228,7 +274,6 @@ impl SandboxManager {
         let linux = config.linux.clone().unwrap_or_default();
         let security = linux.security_context.clone().unwrap_or_default();
         let ns = security.namespace_options.clone().unwrap_or_default();
-        let metadata = config.metadata.clone().unwrap_or_default();
 
         // The sandbox image: the embedded pause unless configured otherwise; pulled if missing.
         let image = match self.images.resolve(&self.config.image.sandbox_image) {
@@ -241,24 +286,18 @@ impl SandboxManager {
             Err(e) => return Err(e.into()),
         };
 
-        // Network: pinned netns + CNI (loopback and the pod network).
-        if let Some(netns) = &record.netns {
+        let userns = userns::pod_user_namespace(&ns).map_err(SandboxError::InvalidArgument)?;
+
+        // Network: pinned netns + CNI (loopback and the pod network). A pod with its own user
+        // namespace gets its network namespace from pause, so that comes after pause starts.
+        if let (Some(netns), None) = (&record.netns, &userns) {
             // Creating a netns spawns and joins a short-lived thread: keep it off the async workers.
             let path = netns.clone();
             tokio::task::spawn_blocking(move || NetNs::create(&path))
                 .await
                 .map_err(|e| SandboxError::Failed(e.to_string()))?
                 .map_err(failed("creating the network namespace"))?;
-            let request = attach_request(&id, netns, &metadata, config);
-            let result = self
-                .cni
-                .setup(&request)
-                .await
-                .map_err(|e| SandboxError::Failed(format!("setting up the pod network: {e}")))?;
-            record.ips = result.ips.iter().map(|ip| ip.to_string()).collect();
-            record.cni_result = Some(result.raw);
-            // Keep what is attached on record before the next step can fail.
-            self.store.put(&*record)?;
+            self.attach_network(config, record).await?;
         }
 
         // Files shared by the pod's containers.
@@ -272,9 +311,6 @@ impl SandboxManager {
                 .unwrap_or_default()
         };
         files::write_atomic(&dir.join("hostname"), &format!("{hostname}\n")).map_err(failed("writing hostname"))?;
-        let ips: Vec<std::net::IpAddr> = record.ips.iter().filter_map(|ip| ip.parse().ok()).collect();
-        files::write_atomic(&dir.join("hosts"), &files::hosts_file(&hostname, &ips))
-            .map_err(failed("writing hosts"))?;
         let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
         files::write_atomic(
             &dir.join("resolv.conf"),
@@ -298,6 +334,17 @@ impl SandboxManager {
             .rev()
             .map(|l| self.images.snapshots().fs_path(&l.chain_id))
             .collect();
+        if userns.is_some() {
+            let parent = record.cgroups_path.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
+            walkable_cgroup_path(parent).map_err(failed("opening the pod's cgroup path to its user namespace"))?;
+        }
+        if let Some(pod) = &userns {
+            // pause's root (the pod's) makes its mount points at / of the read-only image view.
+            let upper = dir.join("upper");
+            std::fs::create_dir_all(&upper).map_err(failed("creating the sandbox's upper dir"))?;
+            std::os::unix::fs::chown(&upper, Some(pod.uids.host_id), Some(pod.gids.host_id))
+                .map_err(failed("handing the sandbox's upper dir to the pod's root"))?;
+        }
         crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
             .map_err(failed("mounting the sandbox image"))?;
         let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
@@ -305,6 +352,7 @@ impl SandboxManager {
             hostname: &hostname,
             rootfs: rootfs.clone(),
             netns: record.netns.clone(),
+            userns,
             host_pid: ns.pid() == api::NamespaceMode::Node,
             host_ipc,
             shm,
@@ -339,6 +387,38 @@ impl SandboxManager {
             .create_container(PAUSE_ID, &bundle)
             .await
             .map_err(shim_failed("starting the pause container"))?;
+        if let (Some(netns), Some(_)) = (&record.netns, &userns) {
+            NetNs::pin_from_process(netns, record.pause_pid).map_err(failed("pinning the pod's network namespace"))?;
+            self.attach_network(config, record).await?;
+        }
+
+        // /etc/hosts names the pod's addresses, known once the network is up.
+        let ips: Vec<std::net::IpAddr> = record.ips.iter().filter_map(|ip| ip.parse().ok()).collect();
+        files::write_atomic(&dir.join("hosts"), &files::hosts_file(&hostname, &ips))
+            .map_err(failed("writing hosts"))?;
+        Ok(())
+    }
+
+    /// CNI ADD on the pod's pinned network namespace; what it attached is on record before
+    /// anything else can fail.
+    async fn attach_network(
+        &self,
+        config: &api::PodSandboxConfig,
+        record: &mut SandboxRecord,
+    ) -> Result<(), SandboxError> {
+        let Some(netns) = record.netns.clone() else {
+            return Ok(());
+        };
+        let metadata = config.metadata.clone().unwrap_or_default();
+        let request = attach_request(&record.id, &netns, &metadata, config);
+        let result = self
+            .cni
+            .setup(&request)
+            .await
+            .map_err(|e| SandboxError::Failed(format!("setting up the pod network: {e}")))?;
+        record.ips = result.ips.iter().map(|ip| ip.to_string()).collect();
+        record.cni_result = Some(result.raw);
+        self.store.put(&*record)?;
         Ok(())
     }
 
@@ -474,6 +554,7 @@ impl SandboxManager {
         };
         self.teardown(&record, true).await?;
         self.store.delete::<SandboxRecord>(&id, Some(&record.name))?;
+        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
         tracing::info!(sandbox = %id, "pod sandbox removed");
         Ok(())
     }
@@ -529,13 +610,17 @@ impl SandboxManager {
     /// After a daemon restart: reconnect every shim. A sandbox whose shim or pause is gone is
     /// NotReady with its network released; one whose creation was cut short (its pause never
     /// started) is removed entirely, so a crash leaves every pod either fully there or fully gone.
+    ///
+    /// A creation was cut short when its record never became Ready: its pause was never
+    /// recorded, or (a pod whose network comes after pause) it is NotReady with pause still
+    /// running, which a stopped sandbox never is.
     pub async fn recover(&self) -> Result<(), SandboxError> {
         for mut record in self.store.list::<SandboxRecord>()? {
-            if record.pause_pid == 0 {
+            let interrupted = record.pause_pid == 0
+                || (record.state == SandboxState::NotReady && self.pause_running(&record.id).await);
+            if interrupted {
                 tracing::warn!(sandbox = %record.id, "creation was interrupted: removing what it left");
-                if let Err(e) = self.teardown(&record, true).await {
-                    tracing::warn!(sandbox = %record.id, error = %e, "cleaning up an interrupted creation");
-                }
+                self.remove_interrupted(&record).await;
                 self.store.delete::<SandboxRecord>(&record.id, Some(&record.name))?;
                 continue;
             }
@@ -550,6 +635,98 @@ impl SandboxManager {
             }
         }
         Ok(())
+    }
+}
+
+impl SandboxManager {
+    async fn pause_running(&self, id: &str) -> bool {
+        match self.shim(id).await {
+            Some(shim) => matches!(shim.state(PAUSE_ID).await, Ok(s) if s.status == ShimStatus::Running),
+            None => false,
+        }
+    }
+
+    /// Removes whatever an interrupted RunPodSandbox made, going on past failures (a crash can
+    /// stop a creation between any two steps): the shim (also one still starting, found by its
+    /// command line), the network, the mounts, the pause cgroup, the directories.
+    async fn remove_interrupted(&self, record: &SandboxRecord) {
+        let id = &record.id;
+        let warn = |step: &str, error: &dyn std::fmt::Display| {
+            tracing::warn!(sandbox = %id, step, error = %error, "cleaning up an interrupted creation");
+        };
+        if let Err(e) = self.teardown(record, true).await {
+            warn("teardown", &e);
+        }
+        // What teardown could not do, step by step; each step is a no-op when already done.
+        kill_stray_shims(&self.shim_dir(id));
+        self.shims.lock().await.remove(id);
+        if let Some(netns) = &record.netns {
+            let config = record.config();
+            let metadata = config.metadata.clone().unwrap_or_default();
+            if let Err(e) = self.cni.teardown(&attach_request(id, netns, &metadata, &config)).await {
+                warn("CNI DEL", &e);
+            }
+            if let Err(e) = NetNs::remove(netns) {
+                warn("removing the network namespace", &e);
+            }
+        }
+        let dir = self.sandbox_dir(id);
+        if let Err(e) = files::unmount_shm(&dir.join("shm")) {
+            warn("unmounting /dev/shm", &e);
+        }
+        if let Err(e) = crate::snapshot::unmount_view(&dir.join("rootfs")) {
+            warn("unmounting the sandbox rootfs", &e);
+        }
+        remove_cgroup_dirs(&record.cgroups_path);
+        if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUP_PARENT}/")) {
+            remove_empty_cgroup_dirs(DEFAULT_CGROUP_PARENT);
+        }
+        for dir in [dir, self.shim_dir(id)] {
+            if let Err(e) = remove_dir_if_exists(&dir) {
+                warn("removing a directory", &e);
+            }
+        }
+    }
+}
+
+/// SIGKILLs every scute-shim serving `shim_dir` (its `--state-dir`): after a crash, a shim the
+/// daemon was starting may not answer on its socket yet. Such a shim has created no container.
+fn kill_stray_shims(shim_dir: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let wanted = shim_dir.as_os_str().as_encoded_bytes();
+    for entry in procs.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_shim = args
+            .first()
+            .is_some_and(|a| Path::new(std::ffi::OsStr::from_bytes(a)).ends_with("scute-shim"));
+        let serves = args.windows(2).any(|w| w[0] == b"--state-dir" && w[1] == wanted)
+            || args.iter().any(|a| a.strip_prefix(b"--state-dir=") == Some(wanted));
+        if is_shim && serves {
+            tracing::warn!(pid, dir = %shim_dir.display(), "killing a shim left by an interrupted creation");
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Removes a pod's own cgroup (`/parent/scute-<id>`) in every hierarchy, if empty.
+fn remove_cgroup_dirs(path: &str) {
+    if path.is_empty() || path.split('/').any(|c| c == "..") {
+        return;
+    }
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let relative = path.trim_start_matches('/');
+    for hierarchy in hierarchies.flatten() {
+        let _ = std::fs::remove_dir(hierarchy.path().join(relative));
     }
 }
 
@@ -590,6 +767,34 @@ fn attach_request<'a>(
 /// Removes scute's own default cgroup parent in every hierarchy once no pod uses it (rmdir
 /// refuses while a child exists, which is exactly the check needed). The kubelet's parents are
 /// the kubelet's to remove.
+/// A container in a pod user namespace binds its own cgroup dirs into its /sys/fs/cgroup from
+/// inside that namespace, where it is not the host's root: every existing directory on the way
+/// must be searchable by others (runc makes them 0755; an older shim or a umask may have made
+/// them 0700). Covers each mounted hierarchy (v1 controllers and the unified one).
+fn walkable_cgroup_path(parent: &str) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return Ok(());
+    };
+    for hierarchy in hierarchies.flatten() {
+        let mut dir = hierarchy.path();
+        for component in parent.split('/').filter(|c| !c.is_empty()) {
+            dir.push(component);
+            let Ok(meta) = std::fs::symlink_metadata(&dir) else {
+                break;
+            };
+            if !meta.is_dir() {
+                break;
+            }
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & 0o055 != 0o055 {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o055))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn remove_empty_cgroup_dirs(path: &str) {
     let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
         return;
@@ -633,10 +838,20 @@ fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> R
             return invalid(format!("PodSandboxConfig.metadata.{field} must not be empty"));
         }
         if value.len() > 253 || value.contains(['/', '\0']) {
+            let shown: String = value.chars().take(64).collect();
             return invalid(format!(
-                "PodSandboxConfig.metadata.{field} {value:?} is not a valid name"
+                "PodSandboxConfig.metadata.{field} {shown:?} ({} bytes) is not a valid name",
+                value.len()
             ));
         }
+    }
+    if !config.log_directory.is_empty()
+        && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
+    {
+        return invalid(format!(
+            "PodSandboxConfig.log_directory {:?} must be an absolute path",
+            config.log_directory
+        ));
     }
     if !daemon.handler_names().any(|h| h == handler) {
         return invalid(format!(
@@ -657,11 +872,44 @@ fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> R
                 p.host_port, p.container_port
             ));
         }
+        if api::Protocol::try_from(p.protocol).is_err() {
+            return invalid(format!("port mapping protocol {} is not a Protocol", p.protocol));
+        }
         if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {
             return invalid(format!("port mapping host_ip {:?} is not an IP address", p.host_ip));
         }
     }
     let linux = config.linux.clone().unwrap_or_default();
+    if let Some(ns) = linux
+        .security_context
+        .as_ref()
+        .and_then(|s| s.namespace_options.as_ref())
+    {
+        let modes = [
+            ("network", ns.network),
+            ("pid", ns.pid),
+            ("ipc", ns.ipc),
+            ("userns", ns.userns_options.as_ref().map(|u| u.mode).unwrap_or_default()),
+        ];
+        for (field, mode) in modes {
+            if api::NamespaceMode::try_from(mode).is_err() {
+                return invalid(format!("namespace_options.{field} {mode} is not a NamespaceMode"));
+            }
+        }
+    }
+    for (field, resources) in [("resources", &linux.resources), ("overhead", &linux.overhead)] {
+        let Some(r) = resources else { continue };
+        let checks = [
+            ("cpu_period", r.cpu_period, 0),
+            ("cpu_quota", r.cpu_quota, -1),
+            ("cpu_shares", r.cpu_shares, 0),
+            ("memory_limit_in_bytes", r.memory_limit_in_bytes, 0),
+            ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes, -1),
+        ];
+        if let Some((name, value, _)) = checks.into_iter().find(|(_, value, min)| value < min) {
+            return invalid(format!("linux.{field}.{name} {value} is negative"));
+        }
+    }
     let host_network = linux
         .security_context
         .as_ref()

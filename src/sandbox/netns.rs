@@ -8,7 +8,8 @@
 //! ```text
 //!   create(path) ──▶ pinned (nsfs bind mount at path) ──remove(path)──▶ gone
 //!                        ▲
-//!   open(path) ──────────┘ (after a daemon restart; refuses anything but a network nsfs file)
+//!   open(path) ──────────┤ (after a daemon restart; refuses anything but a network nsfs file)
+//!   pin_from_process ────┘ (a pod with its own user namespace: pause made the namespace)
 //! ```
 //!
 //! The namespace is made in a short-lived dedicated thread: `unshare(CLONE_NEWNET)` changes the
@@ -76,6 +77,40 @@ impl NetNs {
             return Err(io::Error::new(
                 e.kind(),
                 format!("pinning a new network namespace at {}: {e}", path.display()),
+            ));
+        }
+        Ok(NetNs {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Pins the network namespace process `pid` is in at `path`: the namespace of a pod whose
+    /// pause made it inside the pod's user namespace (which must own it for sysfs to mount).
+    pub fn pin_from_process(path: &Path, pid: u32) -> io::Result<NetNs> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if is_nsfs(path)? {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("a namespace is already pinned at {}", path.display()),
+            ));
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o444)
+            .open(path)?;
+        let source = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        if let Err(e) = mount(Some(&source), path, None::<&str>, MsFlags::MS_BIND, None::<&str>) {
+            let _ = std::fs::remove_file(path);
+            return Err(io::Error::new(
+                io::Error::from(e).kind(),
+                format!(
+                    "pinning the network namespace of process {pid} at {}: {e}",
+                    path.display()
+                ),
             ));
         }
         Ok(NetNs {

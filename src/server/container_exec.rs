@@ -10,6 +10,7 @@ impl Cri {
     pub(super) async fn exec(&self, mut request: ExecRequest) -> Result<ExecResponse, RpcError> {
         tracing::Span::current().record("id", request.container_id.as_str());
         streaming::check_exec(&request).map_err(RpcError::InvalidArgument)?;
+        super::check_cmd("Exec", &request.cmd)?;
         request.container_id = self.containers.check_streamable(&request.container_id, true).await?;
         let url = self.streaming.url_for(Pending::Exec(request)).map_err(token_error)?;
         Ok(ExecResponse { url })

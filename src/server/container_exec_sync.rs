@@ -9,7 +9,15 @@ use crate::api::{ExecSyncRequest, ExecSyncResponse};
 
 impl Cri {
     pub(super) async fn exec_sync(&self, request: ExecSyncRequest) -> Result<ExecSyncResponse, RpcError> {
+        super::required("ExecSync", "container_id", &request.container_id)?;
         tracing::Span::current().record("id", request.container_id.as_str());
+        super::check_cmd("ExecSync", &request.cmd)?;
+        if request.timeout < 0 {
+            return Err(RpcError::InvalidArgument(format!(
+                "ExecSync: timeout {} is negative (0: none)",
+                request.timeout
+            )));
+        }
         let timeout = (request.timeout > 0).then(|| Duration::from_secs(request.timeout as u64));
         let result = self
             .containers

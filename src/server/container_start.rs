@@ -8,6 +8,7 @@ impl Cri {
         &self,
         request: StartContainerRequest,
     ) -> Result<StartContainerResponse, RpcError> {
+        super::required("StartContainer", "container_id", &request.container_id)?;
         tracing::Span::current().record("id", request.container_id.as_str());
         self.containers.start(&request.container_id).await?;
         Ok(StartContainerResponse {})

@@ -16,6 +16,7 @@ impl Cri {
         &self,
         request: api::ContainerStatsRequest,
     ) -> Result<api::ContainerStatsResponse, RpcError> {
+        super::required("ContainerStats", "container_id", &request.container_id)?;
         let id = self.containers.resolve(&request.container_id)?;
         tracing::Span::current().record("id", id.as_str());
         let record = self.containers.get(&id)?;

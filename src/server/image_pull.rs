@@ -22,6 +22,7 @@ impl Cri {
                 "PullImage: image.image must name an image".into(),
             ));
         }
+        check_reference("PullImage", &reference)?;
         tracing::Span::current().record("id", reference.as_str());
         let credentials = credentials(request.auth)?;
         let pull = self.images.pull(&reference, &credentials);
@@ -41,6 +42,26 @@ impl Cri {
 
 /// CRI AuthConfig → registry credentials: username/password, or `auth` (base64 user:password,
 /// as in a docker config), or a registry bearer token.
+/// References longer than this are refused before parsing (a name is at most 255 characters,
+/// a tag 128, a digest ~100).
+const MAX_REFERENCE: usize = 4096;
+
+/// InvalidArgument for a reference no registry could serve: a NUL byte or an absurd length.
+pub(super) fn check_reference(rpc: &str, reference: &str) -> Result<(), RpcError> {
+    if reference.len() > MAX_REFERENCE {
+        return Err(RpcError::InvalidArgument(format!(
+            "{rpc}: image reference of {} bytes (at most {MAX_REFERENCE})",
+            reference.len()
+        )));
+    }
+    if reference.contains(|c: char| c.is_control()) {
+        return Err(RpcError::InvalidArgument(format!(
+            "{rpc}: image reference {reference:?} contains a control character"
+        )));
+    }
+    Ok(())
+}
+
 fn credentials(auth: Option<AuthConfig>) -> Result<Credentials, RpcError> {
     let Some(auth) = auth else {
         return Ok(Credentials::default());

@@ -15,6 +15,7 @@ impl Cri {
                 "ImageStatus: image.image must name an image".into(),
             ));
         }
+        super::image_pull::check_reference("ImageStatus", &reference)?;
         tracing::Span::current().record("id", reference.as_str());
         let record = match self.images.resolve(&reference) {
             Ok(record) => record,

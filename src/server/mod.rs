@@ -127,6 +127,43 @@ impl From<tokio::task::JoinError> for RpcError {
     }
 }
 
+/// InvalidArgument unless `value` (a required ID) is set.
+pub(crate) fn required(rpc: &str, field: &str, value: &str) -> Result<(), RpcError> {
+    if value.is_empty() {
+        return Err(RpcError::InvalidArgument(format!("{rpc}: {field} is required")));
+    }
+    Ok(())
+}
+
+/// InvalidArgument unless `cmd` names a program and no argument holds a NUL byte (which no
+/// exec can pass on).
+pub(crate) fn check_cmd(rpc: &str, cmd: &[String]) -> Result<(), RpcError> {
+    if cmd.first().is_none_or(|c| c.is_empty()) {
+        return Err(RpcError::InvalidArgument(format!("{rpc}: cmd must not be empty")));
+    }
+    if cmd.iter().any(|a| a.contains('\0')) {
+        return Err(RpcError::InvalidArgument(format!("{rpc}: cmd contains a NUL byte")));
+    }
+    Ok(())
+}
+
+/// Longest error message sent: messages may quote a request's strings, which can be huge, and
+/// the message travels in a header (grpc-message) that clients cap (often at 8-16 KiB).
+const MAX_MESSAGE: usize = 4096;
+
+fn capped(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = message.len();
+        message.truncate(end);
+        message.push_str(&format!("… ({total} bytes, cut)"));
+    }
+    message
+}
+
 /// The one mapping from scute errors to gRPC codes.
 impl From<RpcError> for Status {
     fn from(err: RpcError) -> Status {
@@ -152,7 +189,7 @@ impl From<RpcError> for Status {
             RpcError::Image(e) => image_code(e),
             RpcError::Internal(_) => Code::Internal,
         };
-        Status::new(code, err.to_string())
+        Status::new(code, capped(err.to_string()))
     }
 }
 

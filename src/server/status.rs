@@ -27,16 +27,18 @@ impl Cri {
             Err(e) => condition(NETWORK_READY, false, cni::REASON_NOT_READY, &e.to_string()),
         };
 
-        // Features are advertised only once scute really has them (user namespaces and recursive
-        // read-only mounts arrive with the conformance work); the kubelet relies on these.
+        // The kubelet relies on these: it runs `hostUsers: false` pods and recursive read-only
+        // volumes only on a handler that advertises them. Every handler runs through the same
+        // libcontainer path: recursive read-only is mount_setattr(AT_RECURSIVE) there, and a
+        // pod user namespace is made by pause and joined by its containers.
         let runtime_handlers = self
             .config
             .handler_names()
             .map(|name| RuntimeHandler {
                 name: name.to_string(),
                 features: Some(RuntimeHandlerFeatures {
-                    recursive_read_only_mounts: false,
-                    user_namespaces: false,
+                    recursive_read_only_mounts: true,
+                    user_namespaces: true,
                 }),
             })
             .collect();

@@ -808,26 +808,25 @@ impl ShimClient {
     async fn call(&self, req: request::Kind, timeout: Duration) -> Result<response::Kind, ShimError> {
         let mut conn = self.conn.lock().await;
         let request = pb::Request { kind: Some(req) };
+        // The connection is taken out for the exchange and put back only once its response is
+        // read: a call dropped half way (an RPC whose client gave up) drops the connection with
+        // its unread response, instead of leaving that response to answer the next call.
+        let mut stream = conn.take();
         let result = tokio::time::timeout(timeout, async {
-            if conn.is_none() {
-                *conn = Some(open(&self.socket).await?);
+            if stream.is_none() {
+                stream = Some(open(&self.socket).await?);
             }
-            let stream = conn.as_mut().expect("opened above");
+            let stream = stream.as_mut().expect("opened above");
             stream.write_all(&encode(&request)).await.map_err(io_error)?;
             read_frame(stream).await
         })
         .await;
         let response = match result {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                *conn = None;
-                return Err(e);
-            }
-            Err(_) => {
-                *conn = None;
-                return Err(ShimError::Timeout(timeout));
-            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(ShimError::Timeout(timeout)),
         };
+        *conn = stream;
         match response.kind {
             Some(response::Kind::Error(e)) => Err(remote(e)),
             Some(kind) => Ok(kind),

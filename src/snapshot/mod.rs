@@ -8,6 +8,8 @@
 //! `snapshots/tmp/<random>` and is renamed into place when verified; leftovers of a crash are
 //! removed at start.
 
+pub mod idmap;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

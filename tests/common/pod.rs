@@ -31,6 +31,17 @@ pub async fn pod_with(name: &str, ports: Option<Vec<api::PortMapping>>) -> Pod {
 
 /// `pod_with` on a daemon configured with `extra_toml`, the pod using runtime handler `handler`.
 pub async fn pod_full(name: &str, ports: Option<Vec<api::PortMapping>>, extra_toml: &str, handler: &str) -> Pod {
+    pod_edited(name, ports, extra_toml, handler, |_| {}).await
+}
+
+/// `pod_full` with the pod's config changed by `edit` before RunPodSandbox.
+pub async fn pod_edited(
+    name: &str,
+    ports: Option<Vec<api::PortMapping>>,
+    extra_toml: &str,
+    handler: &str,
+    edit: impl FnOnce(&mut api::PodSandboxConfig),
+) -> Pod {
     let registry = Registry::start();
     registry.push_test_images();
     let daemon = Daemon::start(extra_toml);
@@ -43,7 +54,7 @@ pub async fn pod_full(name: &str, ports: Option<Vec<api::PortMapping>>, extra_to
         api::NamespaceMode::Node
     };
     let logs = tempfile::tempdir().unwrap();
-    let config = api::PodSandboxConfig {
+    let mut config = api::PodSandboxConfig {
         port_mappings: ports.unwrap_or_default(),
         metadata: Some(api::PodSandboxMetadata {
             name: name.into(),
@@ -65,6 +76,7 @@ pub async fn pod_full(name: &str, ports: Option<Vec<api::PortMapping>>, extra_to
         }),
         ..Default::default()
     };
+    edit(&mut config);
     daemon
         .images()
         .await

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every benchmark in one run: scute's figures, and containerd's (CRI plugin, runc) beside them
+# when `containerd` and `runc` are on PATH. Figures are printed, never asserted.
+#
+#   hack/bench.sh            daemon idle RSS and RPC latency, pull throughput and peak RSS,
+#                            pod cycle and container cycle latency, per-pod shim RSS, streaming,
+#                            then the 1000-cycle pod + container churn with its leak checks
+#
+# Knobs (environment): SCUTE_BENCH_PODS, SCUTE_BENCH_CONTAINERS, SCUTE_BENCH_PULLS,
+# SCUTE_BENCH_CALLS, SCUTE_BENCH_STREAMING (see each bench's header), SCUTE_CHURN_CYCLES
+# (default 1000 here; the CI test runs fewer). Needs root, like the tests.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "bench.sh: must run as root (namespaces, mounts, cgroups)" >&2
+	exit 1
+fi
+hack/setup.sh
+
+if command -v containerd >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then
+	echo "bench.sh: containerd $(containerd --version | awk '{print $3}') found: figures side by side" >&2
+else
+	echo "bench.sh: containerd/runc not on PATH: scute figures only" >&2
+fi
+
+for bench in daemon pull sandbox containers streaming; do
+	printf '\n==> cargo bench --bench %s\n' "$bench"
+	cargo bench --locked --bench "$bench"
+done
+
+printf '\n==> churn: %s pod + container create/start/stop/remove cycles (leaks and RSS)\n' "${SCUTE_CHURN_CYCLES:-1000}"
+SCUTE_CHURN_CYCLES=${SCUTE_CHURN_CYCLES:-1000} \
+	cargo test --locked --release --test robustness churn -- --nocapture --test-threads 1
