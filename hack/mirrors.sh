@@ -11,7 +11,8 @@ set -euo pipefail
 registry=${1:?usage: $0 REGISTRY_ADDR [CERTS_DIR]}
 certs=${2:-/etc/scute/certs.d}
 
-for host in registry.k8s.io docker.io gcr.io public.ecr.aws quay.io; do
+# k8s.gcr.io: critest still pulls k8s.gcr.io/pause:3.9.
+for host in registry.k8s.io k8s.gcr.io docker.io gcr.io public.ecr.aws quay.io; do
 	mkdir -p "$certs/$host"
 	cat >"$certs/$host/hosts.toml" <<EOT
 # Written by scute's hack/mirrors.sh: $host is served by the local registry $registry.
@@ -21,4 +22,4 @@ server = "https://$host"
   capabilities = ["pull", "resolve"]
 EOT
 done
-echo "mirrors.sh: registry.k8s.io docker.io gcr.io public.ecr.aws quay.io -> http://$registry (in $certs)" >&2
+echo "mirrors.sh: registry.k8s.io k8s.gcr.io docker.io gcr.io public.ecr.aws quay.io -> http://$registry (in $certs)" >&2

@@ -23,6 +23,12 @@ packages=(
 	ca-certificates
 	openssl                     # a self-signed certificate for the streaming TLS test
 	file
+	gcc                         # images/build.sh: the static setuid nonewprivs test program
+	libc6-dev                   # (static glibc for it)
+	libpcre2-8-0                # libraries of Debian's nginx, copied into the nginx test images
+	libssl3                     # (images/build.sh unpacks nginx's .deb; it is never installed)
+	libcrypt1
+	zlib1g
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -335,6 +335,7 @@ impl SandboxManager {
             .map(|l| self.images.snapshots().fs_path(&l.chain_id))
             .collect();
         if userns.is_some() {
+            walkable_root(&self.config.root)?;
             let parent = record.cgroups_path.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
             walkable_cgroup_path(parent).map_err(failed("opening the pod's cgroup path to its user namespace"))?;
         }
@@ -790,6 +791,26 @@ fn walkable_cgroup_path(parent: &str) -> io::Result<()> {
             if mode & 0o055 != 0o055 {
                 std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o055))?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// A pod user namespace's root binds its containers' rootfs from under scute's root: every
+/// directory above it must be searchable by others (a 0700 parent fails later with a bare
+/// EACCES from the mount). Says which directory blocks, instead.
+fn walkable_root(root: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in root.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else { continue };
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "pods with their own user namespace need scute's root {} reachable by others: \
+                 {} is mode {:o} (chmod o+x it)",
+                root.display(),
+                dir.display(),
+                meta.permissions().mode() & 0o7777
+            )));
         }
     }
     Ok(())
