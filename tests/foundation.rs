@@ -111,12 +111,13 @@ async fn status_reports_runtime_ready_and_network_readiness_honestly() {
     assert_eq!(cni["name"], "pods");
     assert_eq!(status.info["lastCNILoadStatus"], "OK");
 
-    // Handlers: the default "" and the configured "runc"; no feature claimed before it exists.
+    // Handlers: the default "" and the configured "runc", each with the features every handler
+    // has (tests/userns.rs and critest exercise them).
     let names: Vec<&str> = status.runtime_handlers.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, vec!["", "runc"]);
     for h in &status.runtime_handlers {
         let f = h.features.as_ref().unwrap();
-        assert!(!f.user_namespaces && !f.recursive_read_only_mounts);
+        assert!(f.user_namespaces && f.recursive_read_only_mounts, "{h:?}");
     }
     assert!(
         status.features.unwrap().supplemental_groups_policy,
