@@ -18,6 +18,8 @@ mod memory;
 mod oom;
 mod server;
 mod stdio;
+#[cfg(test)]
+mod test_support;
 
 pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/scute.shim.v1.rs"));

@@ -354,6 +354,7 @@ mod tests {
         }
         assert_eq!(got.len(), big.len());
         // Write end closed: EOF (read returns 0 with nothing left).
+        crate::test_support::wait_readable(r.as_fd());
         let mut buf = [0u8; 1];
         assert_eq!(r.read(&mut buf).unwrap(), 0);
     }
@@ -363,8 +364,10 @@ mod tests {
         let (r, w) = pipe();
         drop(r);
         let mut input = Input::new(w, false);
-        input.push(b"nobody reads this");
-        assert!(!input.is_open());
+        assert!(crate::test_support::eventually(|| {
+            input.push(b"nobody reads this");
+            !input.is_open()
+        }));
         assert!(input.has_room());
         assert!(input.pending_fd().is_none());
     }
