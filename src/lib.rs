@@ -13,6 +13,7 @@ pub mod client;
 pub mod config;
 pub mod container;
 pub mod daemon;
+pub mod handover;
 pub mod ids;
 pub mod image;
 pub mod keyed_lock;

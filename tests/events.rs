@@ -164,3 +164,33 @@ async fn subscribers_after_a_daemon_restart_get_events() {
     assert_eq!(created[0].pod_sandbox_status.as_ref().unwrap().id, pod.id);
     pod.remove_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_that_exits_by_itself_stops_the_pod_once() {
+    let pod = pod("events-pause").await;
+    let mut events = subscribe(&pod).await;
+    let status = pod
+        .daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    let pause = info["pid"].as_i64().unwrap() as i32;
+    // Killed from outside (the OOM killer, an operator): no RPC tells the daemon.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pause), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let stopped = events_until(&mut events, &pod.id, ContainerStoppedEvent).await;
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    let pod_status = stopped[0].pod_sandbox_status.as_ref().expect("pod_sandbox_status");
+    assert_eq!(pod_status.state(), api::PodSandboxState::SandboxNotready);
+    // The kubelet then stops and removes it: no second STOPPED, one DELETED.
+    pod.remove_all().await;
+    let rest = events_until(&mut events, &pod.id, ContainerDeletedEvent).await;
+    let types: Vec<_> = rest.iter().map(|e| e.container_event_type()).collect();
+    assert_eq!(types, [ContainerDeletedEvent]);
+}

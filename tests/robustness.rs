@@ -168,12 +168,22 @@ fn assert_nothing_left(daemon: &Daemon, parent: &str, bridge: Option<&str>) {
 }
 
 /// Prints the daemon's log when the test fails (its temp dir goes with it).
-struct LogOnFailure<'a>(&'a Daemon);
+/// Prints the daemon's log when the test fails.
+struct LogOnFailure(PathBuf);
 
-impl Drop for LogOnFailure<'_> {
+impl LogOnFailure {
+    fn of(daemon: &Daemon) -> LogOnFailure {
+        LogOnFailure(daemon.log_path())
+    }
+}
+
+impl Drop for LogOnFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("---- daemon log ----\n{}", self.0.log());
+            eprintln!(
+                "---- daemon log ----\n{}",
+                std::fs::read_to_string(&self.0).unwrap_or_default()
+            );
         }
     }
 }
@@ -340,99 +350,118 @@ where
 // ---------------------------------------------------------------------------------------------
 // 1. A create the kubelet timed out on, retried with the same config, gets the same object.
 
+/// What a retried create makes: a pod (in its own cgroup parent) or a container in the base pod.
+#[derive(Clone, Copy, Debug)]
+enum Made {
+    Pod,
+    Container,
+}
+
+impl Made {
+    async fn create(
+        self,
+        base: &Pod,
+        parent: &str,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<String, tonic::Status> {
+        match self {
+            Made::Pod => {
+                run_pod(
+                    &base.daemon,
+                    &pod_config(name, parent, base.logs.path(), false),
+                    timeout,
+                )
+                .await
+            }
+            Made::Container => {
+                let config = container(name, "sleep 100");
+                create_container(&base.daemon, &base.id, &base.config, &config, timeout).await
+            }
+        }
+    }
+
+    async fn named(self, daemon: &Daemon, name: &str) -> Vec<String> {
+        match self {
+            Made::Pod => pods_named(daemon, name).await,
+            Made::Container => containers_named(daemon, name).await,
+        }
+    }
+}
+
+/// When the retry comes: at once (the first create is most likely still running, and the retry
+/// waits for it), after the first finished (the kept object is handed over), or after the first
+/// finished and the daemon restarted (the kept object is found in the store).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Retry {
+    AtOnce,
+    Later,
+    AfterRestart,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_out_creates_are_handed_to_the_retry() {
     let started = Instant::now();
     let parent = CgroupParent::new("retry");
-    let base = pod_with("retrybase", Some(vec![])).await;
-    let daemon = &base.daemon;
-    let _log = LogOnFailure(daemon);
-    let logs = tempfile::tempdir().unwrap();
+    let mut base = pod_with("retrybase", Some(vec![])).await;
+    let _log = LogOnFailure::of(&base.daemon);
 
-    // RunPodSandbox, retried at once (the first is most likely still running: the retry waits
-    // for it) and retried after the first finished (the kept sandbox is handed over).
-    for (name, wait_first) in [("retry-now", false), ("retry-later", true)] {
-        let config = pod_config(name, &parent, logs.path(), false);
-        let err = run_pod(daemon, &config, Some(Duration::from_millis(1)))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
-            "{name}: {err:?}"
-        );
-        if wait_first {
-            eventually("the abandoned sandbox", || async {
-                (!pods_named(daemon, name).await.is_empty()).then_some(())
-            })
-            .await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
+    for made in [Made::Pod, Made::Container] {
+        for retry in [Retry::AtOnce, Retry::Later, Retry::AfterRestart] {
+            let name = format!("{made:?}-{retry:?}").to_lowercase();
+            let err = made
+                .create(&base, &parent, &name, Some(Duration::from_millis(1)))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+                "{name}: {err:?}"
+            );
+            if retry != Retry::AtOnce {
+                let daemon = &base.daemon;
+                let id = eventually("the abandoned create", || async {
+                    made.named(daemon, &name).await.pop()
+                })
+                .await;
+                eventually("the abandoned create to be kept", || async {
+                    daemon
+                        .log()
+                        .lines()
+                        .any(|l| l.contains(&id) && l.contains("kept for its retry"))
+                        .then_some(())
+                })
+                .await;
+            }
+            if retry == Retry::AfterRestart {
+                base.daemon.restart();
+            }
+            let id = made.create(&base, &parent, &name, None).await.unwrap();
+            assert_eq!(made.named(&base.daemon, &name).await, vec![id.clone()], "{name}");
+            // The retry got it: a further create of the name is the kubelet's real duplicate.
+            let dup = made.create(&base, &parent, &name, None).await.unwrap_err();
+            assert_eq!(dup.code(), Code::AlreadyExists, "{name}: {dup:?}");
+            assert!(dup.message().contains(&id), "{}", dup.message());
+            if let Made::Container = made {
+                // The handed-over container works.
+                base.daemon
+                    .runtime()
+                    .await
+                    .start_container(api::StartContainerRequest {
+                        container_id: id.clone(),
+                    })
+                    .await
+                    .unwrap();
+            }
         }
-        let id = run_pod(daemon, &config, None).await.unwrap();
-        assert_eq!(pods_named(daemon, name).await, vec![id.clone()], "{name}");
-        // The retry got it: a further create of the name is the kubelet's real duplicate.
-        let dup = run_pod(daemon, &config, None).await.unwrap_err();
-        assert_eq!(dup.code(), Code::AlreadyExists, "{name}: {dup:?}");
-        assert!(dup.message().contains(&id), "{}", dup.message());
     }
-    assert!(
-        daemon.log().contains("kept for its retry"),
-        "the abandoned sandbox was never kept:\n{}",
-        daemon.log()
-    );
-
-    // CreateContainer, the same two ways, in the base pod.
-    for (name, wait_first) in [("c-now", false), ("c-later", true)] {
-        let config = container(name, "sleep 100");
-        let err = create_container(daemon, &base.id, &base.config, &config, Some(Duration::from_millis(1)))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
-            "{name}: {err:?}"
-        );
-        if wait_first {
-            eventually("the abandoned container", || async {
-                (!containers_named(daemon, name).await.is_empty()).then_some(())
-            })
-            .await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        let id = create_container(daemon, &base.id, &base.config, &config, None)
-            .await
-            .unwrap();
-        assert_eq!(containers_named(daemon, name).await, vec![id.clone()], "{name}");
-        let dup = create_container(daemon, &base.id, &base.config, &config, None)
-            .await
-            .unwrap_err();
-        assert_eq!(dup.code(), Code::AlreadyExists, "{name}: {dup:?}");
-        assert!(dup.message().contains(&id), "{}", dup.message());
-        // The handed-over container works.
-        daemon
-            .runtime()
-            .await
-            .start_container(api::StartContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .unwrap();
-    }
-    assert!(
-        daemon.log().contains("container created after the caller gave up"),
-        "the abandoned container was never kept:\n{}",
-        daemon.log()
-    );
 
     // A plain duplicate of a create that was answered is refused, also while nothing timed out.
-    let config = container("plain", "sleep 100");
-    let id = create_container(daemon, &base.id, &base.config, &config, None)
-        .await
-        .unwrap();
-    let dup = create_container(daemon, &base.id, &base.config, &config, None)
-        .await
-        .unwrap_err();
+    let id = Made::Container.create(&base, &parent, "plain", None).await.unwrap();
+    let dup = Made::Container.create(&base, &parent, "plain", None).await.unwrap_err();
     assert_eq!(dup.code(), Code::AlreadyExists);
     assert!(dup.message().contains(&id));
 
+    let daemon = &base.daemon;
     for id in pods(daemon).await.into_iter().map(|p| p.id) {
         remove_pod(daemon, &id).await;
     }
@@ -461,7 +490,7 @@ async fn churn_leaves_nothing_behind() {
     let parent = CgroupParent::new("churn");
     let base = pod_with("churnbase", Some(vec![])).await;
     let daemon = &base.daemon;
-    let _log = LogOnFailure(daemon);
+    let _log = LogOnFailure::of(daemon);
     let bridge = bridge_of(&base);
     let logs = tempfile::tempdir().unwrap();
     let pid = daemon.pid().as_raw();
@@ -618,7 +647,7 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
 
     base.daemon.start_again();
     let daemon = &base.daemon;
-    let _log = LogOnFailure(daemon);
+    let _log = LogOnFailure::of(daemon);
     let after = pods(daemon).await;
     let log = daemon.log();
     eprintln!(
@@ -768,7 +797,7 @@ async fn malformed_requests_are_refused_cleanly() {
     let started = Instant::now();
     let base = pod("malformed").await;
     let daemon = &base.daemon;
-    let _log = LogOnFailure(daemon);
+    let _log = LogOnFailure::of(daemon);
     let mut rt = daemon.runtime().await.max_decoding_message_size(64 << 20);
     let mut img = daemon.images().await.max_decoding_message_size(64 << 20);
     let running = base.run(container("running", "sleep 100")).await;

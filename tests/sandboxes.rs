@@ -403,6 +403,7 @@ async fn interrupted_creations_are_removed_at_restart() {
                     log_path: String::new(),
                     cgroups_path: String::new(),
                     user: None,
+                    unclaimed: false,
                 },
             )
             .unwrap();

@@ -8,17 +8,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use super::events::Events;
 use super::record::{container_name, ContainerRecord, ContainerState};
 use super::spec::{container_spec, ContainerSpec};
 use crate::api;
 use crate::config::{Config, DefaultSeccomp};
+use crate::handover::Unclaimed;
 use crate::image::{ImageError, ImageManager};
 use crate::keyed_lock::{KeyedGuard, KeyedLocks};
 use crate::sandbox::files;
-use crate::sandbox::manager::{clamp_oom_score_adj, SandboxError, SandboxManager};
+use crate::sandbox::manager::{clamp_oom_score_adj, SandboxError, SandboxManager, PAUSE_ID};
 use crate::sandbox::record::SandboxState;
 use crate::shim_client::pb::ErrorCode as ShimCode;
 use crate::shim_client::{ContainerStatus as ShimStatus, CreateOptions, ExecResult, ShimClient, ShimError};
@@ -67,7 +66,7 @@ pub struct ContainerManager {
     /// go out in order and its exit is reported once, whoever notices it first.
     transitions: tokio::sync::Mutex<()>,
     /// Containers made but not yet handed to a caller (see `create`).
-    unclaimed: std::sync::Mutex<std::collections::HashSet<String>>,
+    unclaimed: Arc<Unclaimed>,
 }
 
 impl ContainerManager {
@@ -157,7 +156,10 @@ impl ContainerManager {
                 };
                 let mut exits = match shim.subscribe_exits().await {
                     Ok(exits) => exits,
-                    Err(ShimError::Gone(_)) => return,
+                    Err(ShimError::Gone(_)) => {
+                        this.pod_stopped_by_itself(&sandbox_id).await;
+                        return;
+                    }
                     Err(ShimError::Remote {
                         code: ShimCode::Unimplemented,
                         ..
@@ -187,6 +189,10 @@ impl ContainerManager {
                         }
                     };
                     let Some(this) = weak.upgrade() else { return };
+                    if exit.container_id == PAUSE_ID {
+                        this.pod_stopped_by_itself(&sandbox_id).await;
+                        continue;
+                    }
                     let stored = this.commit_exit(&exit.container_id, |r| {
                         r.exited(exit.exit_code, exit.finished_at_ns, exit.oom_killed)
                     });
@@ -198,6 +204,19 @@ impl ContainerManager {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
+    }
+
+    /// The pod's pause exited (or its shim died) with no StopPodSandbox: the pod is NotReady and
+    /// its STOPPED event goes out, once (the Evented PLEG learns of it only this way).
+    async fn pod_stopped_by_itself(&self, sandbox_id: &str) {
+        match self.sandboxes.pause_exited(sandbox_id).await {
+            Ok(true) => {
+                self.emit(sandbox_id, sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
+                    .await
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(sandbox = %sandbox_id, error = %e, "recording that pause exited"),
+        }
     }
 
     async fn refresh_running_in(&self, sandbox_id: &str) {
@@ -263,15 +282,8 @@ impl ContainerManager {
     }
 
     /// CreateContainer: a writable layer on the image, a spec, and the shim creating (not
-    /// starting) the process.
-    ///
-    /// As RunPodSandbox (`SandboxManager::run`, CRI-O's resource store): the work runs in its
-    /// own task, so a kubelet that gives up (deadline) cannot leave it half done, and a container
-    /// made after its caller left is kept unclaimed for the kubelet's retry of the same name,
-    /// which gets the same ID instead of "name is reserved". A retry arriving while the first is
-    /// still being made waits for it on the name lock. Unclaimed containers are remembered in
-    /// memory only: after a daemon restart the retry gets AlreadyExists, and the kubelet finds
-    /// the container by listing.
+    /// starting) the process. The work runs in a task of its own and a container made after the
+    /// kubelet stopped waiting is kept for its retry (see `handover`).
     pub async fn create(
         self: &Arc<Self>,
         sandbox_id: &str,
@@ -281,34 +293,24 @@ impl ContainerManager {
         validate_config(&config)?;
         let manager = self.clone();
         let sandbox_id = sandbox_id.to_string();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(
-            async move {
-                let name_lock = manager.create_named(&sandbox_id, config, sandbox_config).await;
-                let (result, _name_lock) = match name_lock {
-                    Ok((id, lock)) => {
-                        manager
-                            .unclaimed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(id.clone());
-                        (Ok(id), Some(lock))
+        self.unclaimed
+            .run(
+                |answer| async move {
+                    let (result, _name_lock) = match manager.create_named(&sandbox_id, config, sandbox_config).await {
+                        Ok((id, name_lock)) => (Ok(id), Some(name_lock)),
+                        Err(e) => (Err(e), None),
+                    };
+                    if let Some(id) = answer.send(result) {
+                        let _lock = manager.id_locks.lock(&id).await;
+                        match manager.unclaimed.keep::<ContainerRecord>(&manager.store, &id) {
+                            Ok(()) => tracing::info!(container = %id, "container created after the caller gave up; kept for its retry"),
+                            Err(e) => tracing::warn!(container = %id, error = %e, "keeping a container for its retry"),
+                        }
                     }
-                    Err(e) => (Err(e), None),
-                };
-                // Decided while the name lock is still held: a retry waiting on it sees the outcome.
-                if let Err(Ok(id)) = tx.send(result) {
-                    tracing::info!(container = %id, "container created after the caller gave up; kept for its retry");
-                }
-            }
-            .instrument(tracing::Span::current()),
-        );
-        let id = rx
+                },
+                || ContainerError::Failed("container creation task died".into()),
+            )
             .await
-            .map_err(|_| ContainerError::Failed("container creation task died".into()))??;
-        // Delivered: from here on a create of the same name is a duplicate.
-        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-        Ok(id)
     }
 
     /// Makes the container (or finds the unclaimed one of the same name); answers its ID with
@@ -356,8 +358,7 @@ impl ContainerManager {
         let name = container_name(&metadata, &sandbox_config.metadata.clone().unwrap_or_default());
         let name_lock = self.name_locks.lock(&name).await;
         if let Some(holder) = self.store.name_holder(Kind::Container, &name)? {
-            let unclaimed = self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&holder);
-            if unclaimed {
+            if self.unclaimed.claim::<ContainerRecord>(&self.store, &holder)? {
                 tracing::info!(container = %holder, "handing a container made for a timed-out request to its retry");
                 return Ok((holder, name_lock));
             }
@@ -390,6 +391,7 @@ impl ContainerManager {
             log_path,
             cgroups_path: sibling_cgroup(&sandbox.cgroups_path, &id),
             user: None,
+            unclaimed: false,
         };
         self.store.create(&name, &record)?;
         let effective = self.with_handler_defaults(config.clone(), &sandbox.runtime_handler);
@@ -684,7 +686,7 @@ impl ContainerManager {
             return Ok(());
         };
         self.cleanup(&record).await?;
-        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.unclaimed.forget(&id);
         {
             let _order = self.transitions.lock().await;
             self.store.delete::<ContainerRecord>(&id, Some(&record.name))?;

@@ -65,6 +65,16 @@ pub struct ContainerRecord {
     /// The identity the process runs as (uid, gid, every group), for ContainerStatus.user.
     #[serde(default)]
     pub user: Option<(u32, u32, Vec<u32>)>,
+    /// Set when the create finished after the kubelet stopped waiting: its retry gets this
+    /// container instead of a "name reserved" error (see `handover`).
+    #[serde(default)]
+    pub unclaimed: bool,
+}
+
+impl crate::handover::Claimable for ContainerRecord {
+    fn unclaimed_mut(&mut self) -> &mut bool {
+        &mut self.unclaimed
+    }
 }
 
 impl Record for ContainerRecord {

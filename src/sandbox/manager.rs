@@ -9,7 +9,7 @@
 //!
 //! Every create step has its undo; a failed RunPodSandbox leaves nothing behind.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
-use tracing::Instrument;
 
 use super::cni::{AttachRequest, CniManager, PortMapping};
 use super::files;
@@ -27,6 +26,7 @@ use super::userns;
 use crate::api;
 use crate::config::{CgroupDriver, Config};
 use crate::container::spec::{pause_spec, SandboxSpec};
+use crate::handover::Unclaimed;
 use crate::image::{Credentials, ImageError, ImageManager};
 use crate::keyed_lock::KeyedLocks;
 use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError, SpawnOptions};
@@ -76,7 +76,7 @@ pub struct SandboxManager {
     name_locks: KeyedLocks,
     id_locks: KeyedLocks,
     /// Sandboxes made but not yet handed to a caller (see `run`).
-    unclaimed: std::sync::Mutex<HashSet<String>>,
+    unclaimed: Arc<Unclaimed>,
 }
 
 impl SandboxManager {
@@ -146,57 +146,28 @@ impl SandboxManager {
         Ok(self.store.list::<SandboxRecord>()?)
     }
 
-    /// RunPodSandbox. The work runs in its own task so a kubelet that stops waiting (deadline)
-    /// cannot leave it half done; the finished sandbox is then kept for the kubelet's retry
-    /// (CRI-O's resource store): a retry of the same name gets it instead of "name is reserved",
-    /// and a retry arriving while the first is still being made waits for it (name lock).
-    ///
-    /// A made sandbox is "unclaimed" until this call hands its ID to the caller: if the call is
-    /// dropped first (the client gave up, tonic dropped the handler), it stays unclaimed and the
-    /// next create of the name claims it. Whether the caller left is decided under the name lock,
-    /// so a retry waiting on that lock always sees the outcome.
+    /// RunPodSandbox. The work runs in a task of its own and a sandbox made after the kubelet
+    /// stopped waiting is kept for its retry (see `handover`).
     pub async fn run(self: &Arc<Self>, config: api::PodSandboxConfig, handler: String) -> Result<String, SandboxError> {
         validate(&config, &handler, &self.config)?;
         let manager = self.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(
-            async move {
-                manager.run_inner(config, handler, tx).await;
-            }
-            .instrument(tracing::Span::current()),
-        );
-        let id = rx
+        self.unclaimed
+            .run(
+                |answer| async move {
+                    let metadata = config.metadata.clone().unwrap_or_default();
+                    let name = sandbox_name(&metadata);
+                    let _name_lock = manager.name_locks.lock(&name).await;
+                    let result = manager.run_named(&name, config, handler).await;
+                    if let Some(id) = answer.send(result) {
+                        match manager.unclaimed.keep::<SandboxRecord>(&manager.store, &id) {
+                            Ok(()) => tracing::info!(sandbox = %id, "sandbox created after the caller gave up; kept for its retry"),
+                            Err(e) => tracing::warn!(sandbox = %id, error = %e, "keeping a sandbox for its retry"),
+                        }
+                    }
+                },
+                || SandboxError::Failed("sandbox creation task died".into()),
+            )
             .await
-            .map_err(|_| SandboxError::Failed("sandbox creation task died".into()))??;
-        // Delivered: from here on a create of the same name is a duplicate.
-        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-        Ok(id)
-    }
-
-    async fn run_inner(
-        &self,
-        config: api::PodSandboxConfig,
-        handler: String,
-        tx: tokio::sync::oneshot::Sender<Result<String, SandboxError>>,
-    ) {
-        let metadata = config.metadata.clone().unwrap_or_default();
-        let name = sandbox_name(&metadata);
-        let _name_lock = self.name_locks.lock(&name).await;
-        let result = self.run_named(&name, config, handler).await;
-        if let Ok(id) = &result {
-            self.unclaimed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id.clone());
-        }
-        if let Err(Ok(id)) = tx.send(result) {
-            // Nobody is waiting any more: keep the sandbox for the retry, also across a restart.
-            if let Ok(mut record) = self.get(&id) {
-                record.unclaimed = true;
-                let _ = self.store.put(&record);
-                tracing::info!(sandbox = %id, "sandbox created after the caller gave up; kept for its retry");
-            }
-        }
     }
 
     /// Creates the sandbox `name` (its name lock held), or hands over an unclaimed one.
@@ -208,16 +179,9 @@ impl SandboxManager {
     ) -> Result<String, SandboxError> {
         let name = name.to_string();
         if let Some(holder) = self.store.name_holder(Kind::Sandbox, &name)? {
-            let pending = self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&holder);
-            if let Some(mut existing) = self.store.get::<SandboxRecord>(&holder)? {
-                if pending || existing.unclaimed {
-                    if existing.unclaimed {
-                        existing.unclaimed = false;
-                        self.store.put(&existing)?;
-                    }
-                    tracing::info!(sandbox = %holder, "handing a sandbox made for a timed-out request to its retry");
-                    return Ok(existing.id);
-                }
+            if self.unclaimed.claim::<SandboxRecord>(&self.store, &holder)? {
+                tracing::info!(sandbox = %holder, "handing a sandbox made for a timed-out request to its retry");
+                return Ok(holder);
             }
             return Err(SandboxError::AlreadyExists(format!(
                 "pod sandbox name {name:?} is reserved for sandbox {holder}"
@@ -516,6 +480,24 @@ impl SandboxManager {
         Ok(())
     }
 
+    /// The pause of `id` exited, or its shim is gone, without a StopPodSandbox: a Ready sandbox
+    /// becomes NotReady (its network stays until the kubelet stops it, as with containerd).
+    /// True when this made that change, so its STOPPED event is sent once: a StopPodSandbox
+    /// that comes first stores NotReady itself (and sends the event).
+    pub async fn pause_exited(&self, id: &str) -> Result<bool, SandboxError> {
+        let _lock = self.id_locks.lock(id).await;
+        let Some(mut record) = self.store.get::<SandboxRecord>(id)? else {
+            return Ok(false);
+        };
+        if !record.state.is_ready() {
+            return Ok(false);
+        }
+        record.state = record.state.stop();
+        self.store.put(&record)?;
+        tracing::warn!(sandbox = %id, "pause exited by itself: pod sandbox NotReady");
+        Ok(true)
+    }
+
     /// UpdatePodSandboxResources: records the pod's new overhead and resources in its stored
     /// config (`linux.overhead`, `linux.resources`), replacing the old ones (the kubelet sends the
     /// whole pod-level set). Nothing is written to cgroups: see `server/sandbox_update_resources.rs`.
@@ -555,7 +537,7 @@ impl SandboxManager {
         };
         self.teardown(&record, true).await?;
         self.store.delete::<SandboxRecord>(&id, Some(&record.name))?;
-        self.unclaimed.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.unclaimed.forget(&id);
         tracing::info!(sandbox = %id, "pod sandbox removed");
         Ok(())
     }

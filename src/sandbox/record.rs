@@ -68,6 +68,12 @@ pub struct SandboxRecord {
     pub unclaimed: bool,
 }
 
+impl crate::handover::Claimable for SandboxRecord {
+    fn unclaimed_mut(&mut self) -> &mut bool {
+        &mut self.unclaimed
+    }
+}
+
 impl Record for SandboxRecord {
     const KIND: Kind = Kind::Sandbox;
     fn id(&self) -> &str {

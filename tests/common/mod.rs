@@ -212,14 +212,63 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if self.child.is_some() {
+        let was_running = self.child.is_some();
+        if was_running {
             self.remove_all_pods();
         }
         if let Some(mut child) = self.child.take() {
             let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
             wait_or_kill(&mut child, Duration::from_secs(15));
         }
+        // A daemon that was running had every pod removed: what is still there leaked, a bug in
+        // scute. After a test that failed, or one that left the daemon killed, it is only
+        // cleaned up.
+        let left = sweep_leftovers(self.dir.path());
+        if was_running && !left.is_empty() && !std::thread::panicking() {
+            panic!(
+                "left behind after every pod was removed and the daemon stopped: {left:#?}\n{}",
+                self.log()
+            );
+        }
     }
+}
+
+/// Kills the processes and unmounts the mounts a daemon under `dir` left: shims started with a
+/// state dir there, processes whose root is there (containers), and mounts there (rootfs,
+/// netns, shm). Answers what it found.
+fn sweep_leftovers(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let within = |p: &str| Path::new(p).starts_with(dir);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let shim = args.first().is_some_and(|a| a.ends_with("scute-shim")) && args.iter().any(|a| within(a));
+        let rooted_here = std::fs::read_link(entry.path().join("root")).is_ok_and(|root| root.starts_with(dir));
+        if shim || rooted_here {
+            found.push(format!("process {pid}: {}", args.join(" ")));
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| within(m))
+        .map(str::to_string)
+        .collect();
+    // Deepest first: a rootfs before the overlay under it.
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for mount in mounts {
+        found.push(format!("mount {mount}"));
+        let _ = nix::mount::umount2(mount.as_str(), nix::mount::MntFlags::MNT_DETACH);
+    }
+    found
 }
 
 fn wait_or_kill(child: &mut Child, timeout: Duration) -> ExitStatus {
