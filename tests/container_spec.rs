@@ -484,14 +484,7 @@ impl Pod {
             })
             .await
             .unwrap();
-        let dir = self.daemon.dir().to_str().unwrap().to_string();
-        let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&dir))
-            .map(str::to_string)
-            .collect();
+        let left = common::mounts_under(self.daemon.dir());
         assert!(left.is_empty(), "mounts left: {left:?}");
         let containers = self.daemon.root.join("containers");
         assert!(

@@ -401,13 +401,7 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     for dir in dirs {
         assert!(!dir.exists(), "cgroup left: {}", dir.display());
     }
-    let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(pod.daemon.dir().to_str().unwrap()))
-        .map(str::to_string)
-        .collect();
+    let mounts = common::mounts_under(pod.daemon.dir());
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     let containers = pod.daemon.root.join("containers");
     assert!(!containers.exists() || std::fs::read_dir(&containers).unwrap().count() == 0);

@@ -11,22 +11,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::pod::{container, pod, pod_with, Pod};
-use common::Daemon;
+use common::{alive, mounts_under, shims_of, Daemon};
 use scute::api;
 use tonic::Code;
 
 // ---------------------------------------------------------------------------------------------
 // What a test can observe of the machine.
-
-fn mounts_under(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(dir.to_str().unwrap()))
-        .map(str::to_string)
-        .collect()
-}
 
 /// Entries of a directory (empty when it does not exist).
 fn entries(dir: &Path) -> BTreeSet<String> {
@@ -37,31 +27,6 @@ fn entries(dir: &Path) -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// scute-shim processes serving a state dir under `state`.
-fn shims_of(state: &Path) -> Vec<(i32, String)> {
-    let state = state.to_str().unwrap();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains("scute-shim") && cmdline.contains(state) && alive(pid) {
-            found.push((pid, cmdline));
-        }
-    }
-    found
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
-        .unwrap_or(false)
 }
 
 /// The cgroup dirs under `parent` in every hierarchy (v1 controllers and the unified one).

@@ -233,35 +233,25 @@ impl Drop for Daemon {
     }
 }
 
-/// Kills the processes and unmounts the mounts a daemon under `dir` left: shims started with a
-/// state dir there, processes whose root is there (containers), and mounts there (rootfs,
-/// netns, shm). Answers what it found.
+/// Kills the processes and unmounts the mounts a daemon under `dir` left: shims serving a state
+/// dir there, processes whose root is there (containers), and mounts there (rootfs, netns, shm).
+/// Answers what it found.
 fn sweep_leftovers(dir: &Path) -> Vec<String> {
     let mut found = Vec::new();
-    let within = |p: &str| Path::new(p).starts_with(dir);
+    for (pid, cmdline) in shims_of(dir) {
+        found.push(format!("shim {pid}: {cmdline}"));
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let shim = args.first().is_some_and(|a| a.ends_with("scute-shim")) && args.iter().any(|a| within(a));
-        let rooted_here = std::fs::read_link(entry.path().join("root")).is_ok_and(|root| root.starts_with(dir));
-        if shim || rooted_here {
-            found.push(format!("process {pid}: {}", args.join(" ")));
+        if std::fs::read_link(entry.path().join("root")).is_ok_and(|root| root.starts_with(dir)) {
+            found.push(format!("process {pid} rooted in {}", dir.display()));
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut mounts: Vec<String> = mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| within(m))
-        .map(str::to_string)
-        .collect();
+    let mut mounts = mounts_under(dir);
     // Deepest first: a rootfs before the overlay under it.
     mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for mount in mounts {
@@ -269,6 +259,46 @@ fn sweep_leftovers(dir: &Path) -> Vec<String> {
         let _ = nix::mount::umount2(mount.as_str(), nix::mount::MntFlags::MNT_DETACH);
     }
     found
+}
+
+/// The mount points under `dir`.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Live scute-shim processes serving a state dir under `dir`: (pid, command line).
+pub fn shims_of(dir: &Path) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let shim = args.first().is_some_and(|a| a.ends_with("scute-shim"));
+        if shim && args.iter().any(|a| Path::new(a).starts_with(dir)) && alive(pid) {
+            found.push((pid, args.join(" ")));
+        }
+    }
+    found
+}
+
+/// Running (not a zombie).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+        .unwrap_or(false)
 }
 
 fn wait_or_kill(child: &mut Child, timeout: Duration) -> ExitStatus {

@@ -221,13 +221,7 @@ impl Pod {
             })
             .await
             .unwrap();
-        let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(self.daemon.dir().to_str().unwrap()))
-            .map(str::to_string)
-            .collect();
+        let left = super::mounts_under(self.daemon.dir());
         assert!(left.is_empty(), "mounts left: {left:?}");
         assert!(
             !self.daemon.root.join("containers").exists()
