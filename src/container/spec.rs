@@ -78,11 +78,18 @@ pub fn pause_spec(s: &SandboxSpec<'_>) -> Result<Spec, SpecError> {
         args = vec!["/pause".to_string()];
     }
     let (image_uid, image_gid) = numeric_user(&s.image.user)?;
-    let uid = s.run_as_user.map(|u| u as u32).unwrap_or(image_uid);
-    let gid = s
-        .run_as_group
-        .map(|g| g as u32)
-        .unwrap_or(if s.run_as_user.is_some() { 0 } else { image_gid });
+    let uid = match s.run_as_user {
+        Some(u) => user::id32(u, "the pod's run_as_user")?,
+        None => image_uid,
+    };
+    let gid = match s.run_as_group {
+        Some(g) => user::id32(g, "the pod's run_as_group")?,
+        None if s.run_as_user.is_some() => 0,
+        None => image_gid,
+    };
+    let what = format!("the sandbox process (uid {uid}, gid {gid})");
+    user::check_id(uid, user::Kind::Uid, &what, s.userns.as_ref())?;
+    user::check_id(gid, user::Kind::Gid, &what, s.userns.as_ref())?;
     let mut env = s.image.env.clone();
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.push(DEFAULT_PATH_ENV.into());
@@ -298,7 +305,7 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
     let args = process_args(&s.config.command, &s.config.args, s.image)?;
     let env = container_env(s.image, &s.config.envs, &env_hostname(s.sandbox));
     let cwd = working_dir(s.config, s.image)?;
-    let user = user::resolve(&s.rootfs, Some(sc), &s.image.user)?;
+    let user = user::resolve(&s.rootfs, Some(sc), &s.image.user, s.userns.as_ref())?;
     let (caps, ambient) = capabilities(sc, privileged)?;
     let cap_names: Vec<&str> = caps.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
     let ambient_names: Vec<&str> = ambient.iter().map(|&i| ALL_CAPABILITIES[i]).collect();

@@ -4,12 +4,18 @@
 //! container's own /etc/passwd and /etc/group — the way containerd's `oci.WithUser` and
 //! `WithAdditionalGIDs` do it.
 //!
+//! Every id, whatever its source, is checked before anything runs: 4294967295 is `(uid_t)-1`,
+//! which setresuid/setresgid read as "leave unchanged", so a process asked to run as it keeps
+//! root (the runAsNonRoot bypass of issue 13); and in a pod with its own user namespace an id
+//! the namespace does not map cannot be entered.
+//!
 //! The rootfs is hostile: /etc/passwd may be a symlink to /etc/shadow, `../../etc/passwd`, a
 //! FIFO or a device. Both files are opened with `openat2(RESOLVE_IN_ROOT)` relative to a
 //! descriptor of the rootfs directory, so every symlink (absolute or `..`) resolves inside the
-//! rootfs; only regular files are read, opened non-blocking and size-capped.
+//! rootfs; only regular files are read, opened non-blocking, and read a line at a time (no
+//! size cap: memory is bounded by the longest line kept, not by the file).
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
@@ -19,11 +25,14 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 
 use super::spec::SpecError;
 use crate::api;
+use crate::sandbox::userns::PodUserNs;
 
-/// /etc/passwd or /etc/group bigger than this is not a user database.
-const MAX_DB_SIZE: u64 = 8 << 20;
+/// A user-database line longer than this is not a user entry (skipped, never buffered whole).
+const MAX_LINE: usize = 64 << 10;
 /// openat2 answers EAGAIN when a rename raced the lookup; retrying is safe.
 const OPENAT2_ATTEMPTS: usize = 16;
+/// `(uid_t)-1` / `(gid_t)-1`: "no change" to the set*id calls, never a real id.
+const NO_ID: u32 = u32::MAX;
 
 /// The process user of a container's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,29 +57,47 @@ pub struct GroupEntry {
     pub members: Vec<String>,
 }
 
-/// The user for a container: `sc` is the container's security context (None → image USER).
+/// The user for a container: `sc` is the container's security context (None → image USER);
+/// `userns` the pod's user namespace, whose mappings every id must fall in.
 pub fn resolve(
     rootfs: &Path,
     sc: Option<&api::LinuxContainerSecurityContext>,
     image_user: &str,
+    userns: Option<&PodUserNs>,
 ) -> Result<User, SpecError> {
     let default_sc = api::LinuxContainerSecurityContext::default();
     let sc = sc.unwrap_or(&default_sc);
     let db = UserDb::new(rootfs);
 
-    let userstr = requested_user(sc)?.unwrap_or_else(|| image_user.to_string());
+    let (userstr, source) = match requested_user(sc)? {
+        Some(u) => (u, "the security context's user"),
+        None => (image_user.to_string(), "the image's USER"),
+    };
     let (uid, gid) = if userstr.is_empty() {
         (0, 0)
     } else {
         resolve_userstr(&userstr, &db)?
     };
+    check_id(uid, Kind::Uid, &format!("{source} {userstr:?} (uid {uid})"), userns)?;
+    check_id(gid, Kind::Gid, &format!("{source} {userstr:?} (gid {gid})"), userns)?;
 
     let mut groups = vec![gid];
     if sc.supplemental_groups_policy() == api::SupplementalGroupsPolicy::Merge {
-        groups.extend(member_groups(&membership_name(sc, image_user), &db)?);
+        let name = membership_name(sc, image_user);
+        for g in member_groups(&name, &db)? {
+            check_id(
+                g,
+                Kind::Gid,
+                &format!("group {g} of user {name:?} in the image's /etc/group"),
+                userns,
+            )?;
+            groups.push(g);
+        }
     }
     for g in &sc.supplemental_groups {
-        groups.push(id32(*g, "supplemental group")?);
+        let g = id32(*g, "supplemental_groups")?;
+        check_id(g, Kind::Gid, &format!("supplemental_groups entry {g}"), userns)?;
+        groups.push(g);
     }
     groups.sort_unstable();
     groups.dedup();
@@ -79,6 +106,41 @@ pub fn resolve(
         gid,
         additional_gids: groups,
     })
+}
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Uid,
+    Gid,
+}
+
+/// Refuses an id no process can validly hold: `(uid_t)-1`, or one outside the pod's user
+/// namespace mappings. `what` names where the id came from.
+pub fn check_id(id: u32, kind: Kind, what: &str, userns: Option<&PodUserNs>) -> Result<(), SpecError> {
+    let name = match kind {
+        Kind::Uid => "uid",
+        Kind::Gid => "gid",
+    };
+    if id == NO_ID {
+        return Err(SpecError::Invalid(format!(
+            "{what}: {name} {id} is not a valid {name} ((uid_t)-1 means \"unchanged\" to the kernel, so the process would keep root); use an id below {NO_ID}"
+        )));
+    }
+    if let Some(ns) = userns {
+        let range = match kind {
+            Kind::Uid => &ns.uids,
+            Kind::Gid => &ns.gids,
+        };
+        let end = u64::from(range.container_id) + u64::from(range.length);
+        if u64::from(id) < u64::from(range.container_id) || u64::from(id) >= end {
+            return Err(SpecError::Invalid(format!(
+                "{what}: {name} {id} is not mapped by the pod's user namespace (it maps {name}s {}..{}); choose an id inside the mapping",
+                range.container_id,
+                end - 1
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `user[:group]` from the security context (containerd's `GenerateUserString`); None when it
@@ -121,18 +183,13 @@ fn membership_name(sc: &api::LinuxContainerSecurityContext, image_user: &str) ->
 
 fn member_groups(user: &str, db: &UserDb<'_>) -> Result<Vec<u32>, SpecError> {
     let name = match user.parse::<u32>() {
-        Ok(uid) => match db.passwd()?.into_iter().find(|p| p.uid == uid) {
+        Ok(uid) => match db.find_passwd(|p| p.uid == uid)? {
             Some(p) => p.name,
             None => return Ok(Vec::new()),
         },
         Err(_) => user.to_string(),
     };
-    Ok(db
-        .group()?
-        .into_iter()
-        .filter(|g| g.members.contains(&name))
-        .map(|g| g.gid)
-        .collect())
+    db.gids_where(|g| g.members.contains(&name))
 }
 
 /// `uid`, `name`, `uid:gid`, `name:gid`, `uid:group`, `name:group` → (uid, gid).
@@ -141,7 +198,7 @@ fn resolve_userstr(userstr: &str, db: &UserDb<'_>) -> Result<(u32, u32), SpecErr
     match parts.as_slice() {
         [user] => match user.parse::<u32>() {
             // A uid need not exist; its gid comes from /etc/passwd when it does (else 0).
-            Ok(uid) => Ok((uid, db.passwd()?.iter().find(|p| p.uid == uid).map_or(0, |p| p.gid))),
+            Ok(uid) => Ok((uid, db.find_passwd(|p| p.uid == uid)?.map_or(0, |p| p.gid))),
             Err(_) => {
                 let entry = lookup_user(user, db)?;
                 Ok((entry.uid, entry.gid))
@@ -158,15 +215,11 @@ fn resolve_userstr(userstr: &str, db: &UserDb<'_>) -> Result<(u32, u32), SpecErr
                     if group.is_empty() {
                         return Err(SpecError::Invalid(format!("invalid user {userstr:?}: empty group")));
                     }
-                    db.group()?
-                        .into_iter()
-                        .find(|g| g.name == *group)
-                        .map(|g| g.gid)
-                        .ok_or_else(|| {
-                            SpecError::Invalid(format!(
-                                "group {group:?} (user {userstr:?}) not found in the image's /etc/group"
-                            ))
-                        })?
+                    db.find_group(|g| g.name == *group)?.map(|g| g.gid).ok_or_else(|| {
+                        SpecError::Invalid(format!(
+                            "group {group:?} (user {userstr:?}) not found in the image's /etc/group"
+                        ))
+                    })?
                 }
             };
             Ok((uid, gid))
@@ -181,63 +234,117 @@ fn lookup_user(name: &str, db: &UserDb<'_>) -> Result<PasswdEntry, SpecError> {
     if name.is_empty() {
         return Err(SpecError::Invalid("empty user name".into()));
     }
-    db.passwd()?
-        .into_iter()
-        .find(|p| p.name == name)
+    db.find_passwd(|p| p.name == name)?
         .ok_or_else(|| SpecError::Invalid(format!("user {name:?} not found in the image's /etc/passwd")))
 }
 
-fn id32(v: i64, what: &str) -> Result<u32, SpecError> {
-    u32::try_from(v).map_err(|_| SpecError::Invalid(format!("{what} {v} is out of range")))
-}
-
-/// The image's user database, read on first use.
-struct UserDb<'a> {
-    rootfs: &'a Path,
-    passwd: std::cell::OnceCell<Vec<PasswdEntry>>,
-    group: std::cell::OnceCell<Vec<GroupEntry>>,
-}
-
-impl<'a> UserDb<'a> {
-    fn new(rootfs: &'a Path) -> Self {
-        UserDb {
-            rootfs,
-            passwd: Default::default(),
-            group: Default::default(),
-        }
-    }
-
-    fn passwd(&self) -> Result<Vec<PasswdEntry>, SpecError> {
-        if let Some(v) = self.passwd.get() {
-            return Ok(v.clone());
-        }
-        let text = read_db(self.rootfs, "etc/passwd")?;
-        Ok(self.passwd.get_or_init(|| parse_passwd(&text)).clone())
-    }
-
-    fn group(&self) -> Result<Vec<GroupEntry>, SpecError> {
-        if let Some(v) = self.group.get() {
-            return Ok(v.clone());
-        }
-        let text = read_db(self.rootfs, "etc/group")?;
-        Ok(self.group.get_or_init(|| parse_group(&text)).clone())
-    }
-}
-
-/// A missing file is an empty database; anything unreadable (a symlink loop, a FIFO) is an error.
-fn read_db(rootfs: &Path, rel: &str) -> Result<String, SpecError> {
-    match read_in_root(rootfs, rel) {
-        Ok(Some(text)) => Ok(text),
-        Ok(None) => Ok(String::new()),
-        Err(e) => Err(SpecError::Invalid(format!(
-            "reading /{rel} of the container image: {e}"
+/// An id from a request (i64 on the wire) as a uid/gid: negative, too large and `(uid_t)-1`
+/// are refused naming `what`.
+pub fn id32(v: i64, what: &str) -> Result<u32, SpecError> {
+    match u32::try_from(v) {
+        Ok(id) if id != NO_ID => Ok(id),
+        _ => Err(SpecError::Invalid(format!(
+            "{what} {v} is not a valid id: ids run from 0 to {}",
+            NO_ID - 1
         ))),
     }
 }
 
-/// Reads the regular file `rel` of `rootfs` with every symlink resolved inside `rootfs`
+/// The image's user database, scanned a line at a time for each lookup (a resolve makes at
+/// most three), so neither file is ever held in memory whole.
+struct UserDb<'a> {
+    rootfs: &'a Path,
+}
+
+impl<'a> UserDb<'a> {
+    fn new(rootfs: &'a Path) -> Self {
+        UserDb { rootfs }
+    }
+
+    fn find_passwd(&self, want: impl Fn(&PasswdEntry) -> bool) -> Result<Option<PasswdEntry>, SpecError> {
+        let mut found = None;
+        scan_db(self.rootfs, "etc/passwd", |line| match parse_passwd_line(line) {
+            Some(e) if want(&e) => {
+                found = Some(e);
+                false
+            }
+            _ => true,
+        })?;
+        Ok(found)
+    }
+
+    fn find_group(&self, want: impl Fn(&GroupEntry) -> bool) -> Result<Option<GroupEntry>, SpecError> {
+        let mut found = None;
+        scan_db(self.rootfs, "etc/group", |line| match parse_group_line(line) {
+            Some(e) if want(&e) => {
+                found = Some(e);
+                false
+            }
+            _ => true,
+        })?;
+        Ok(found)
+    }
+
+    fn gids_where(&self, want: impl Fn(&GroupEntry) -> bool) -> Result<Vec<u32>, SpecError> {
+        let mut gids = Vec::new();
+        scan_db(self.rootfs, "etc/group", |line| {
+            if let Some(e) = parse_group_line(line).filter(|e| want(e)) {
+                gids.push(e.gid);
+            }
+            true
+        })?;
+        Ok(gids)
+    }
+}
+
+/// Feeds each line of the image's `rel` to `each` until it answers false. A missing file is an
+/// empty database; anything unreadable (a symlink loop, a FIFO) is an error naming the file.
+fn scan_db(rootfs: &Path, rel: &str, each: impl FnMut(&str) -> bool) -> Result<(), SpecError> {
+    let err = |e: std::io::Error| SpecError::Invalid(format!("reading /{rel} of the container image: {e}"));
+    match open_in_root(rootfs, rel).map_err(err)? {
+        Some(file) => for_each_line(BufReader::new(file), each).map_err(err),
+        None => Ok(()),
+    }
+}
+
+/// Lines of at most MAX_LINE bytes; longer ones are skipped without being buffered.
+fn for_each_line(mut r: impl BufRead, mut each: impl FnMut(&str) -> bool) -> std::io::Result<()> {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if line.len() > MAX_LINE {
+            // Skip the rest of the over-long line.
+            loop {
+                let buf = r.fill_buf()?;
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                match buf.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        r.consume(i + 1);
+                        break;
+                    }
+                    None => {
+                        let len = buf.len();
+                        r.consume(len);
+                    }
+                }
+            }
+            continue;
+        }
+        if !each(String::from_utf8_lossy(&line).trim_end_matches('\n')) {
+            return Ok(());
+        }
+    }
+}
+
+/// Opens the regular file `rel` of `rootfs` with every symlink resolved inside `rootfs`
 /// (`RESOLVE_IN_ROOT`): Ok(None) when it does not exist there.
-pub fn read_in_root(rootfs: &Path, rel: &str) -> std::io::Result<Option<String>> {
+fn open_in_root(rootfs: &Path, rel: &str) -> std::io::Result<Option<std::fs::File>> {
     let root = open(
         rootfs,
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -265,12 +372,18 @@ pub fn read_in_root(rootfs: &Path, rel: &str) -> std::io::Result<Option<String>>
             "not a regular file",
         ));
     }
-    if st.st_size as u64 > MAX_DB_SIZE {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "file too large"));
-    }
-    let mut buf = Vec::new();
-    std::fs::File::from(fd).take(MAX_DB_SIZE).read_to_end(&mut buf)?;
-    Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
+    Ok(Some(std::fs::File::from(fd)))
+}
+
+/// The whole of `rel` inside `rootfs` (tests read what a lookup would see).
+#[cfg(test)]
+fn read_in_root(rootfs: &Path, rel: &str) -> std::io::Result<Option<String>> {
+    let Some(mut f) = open_in_root(rootfs, rel)? else {
+        return Ok(None);
+    };
+    let mut s = String::new();
+    f.read_to_string(&mut s)?;
+    Ok(Some(s))
 }
 
 /// Makes sure directory `path` exists in `rootfs`, creating what is missing (mode 0755, owned
@@ -330,55 +443,47 @@ fn unsafe_owned(fd: std::os::fd::RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-/// `name:password:uid:gid:gecos:home:shell`; malformed lines and NIS (`+`/`-`) lines skipped.
-pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim_end_matches('\r');
-            if line.is_empty() || line.starts_with('#') || line.starts_with('+') || line.starts_with('-') {
-                return None;
-            }
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() < 4 || f[0].is_empty() {
-                return None;
-            }
-            Some(PasswdEntry {
-                name: f[0].to_string(),
-                uid: f[2].trim().parse().ok()?,
-                gid: f[3].trim().parse().ok()?,
-            })
-        })
-        .collect()
+/// `name:password:uid:gid:gecos:home:shell`; malformed lines and NIS (`+`/`-`) lines are None.
+fn parse_passwd_line(line: &str) -> Option<PasswdEntry> {
+    let line = line.trim_end_matches('\r');
+    if line.is_empty() || line.starts_with('#') || line.starts_with('+') || line.starts_with('-') {
+        return None;
+    }
+    let f: Vec<&str> = line.split(':').collect();
+    if f.len() < 4 || f[0].is_empty() {
+        return None;
+    }
+    Some(PasswdEntry {
+        name: f[0].to_string(),
+        uid: f[2].trim().parse().ok()?,
+        gid: f[3].trim().parse().ok()?,
+    })
 }
 
-/// `name:password:gid:member,member`; malformed lines skipped.
-pub fn parse_group(text: &str) -> Vec<GroupEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim_end_matches('\r');
-            if line.is_empty() || line.starts_with('#') || line.starts_with('+') || line.starts_with('-') {
-                return None;
-            }
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() < 3 || f[0].is_empty() {
-                return None;
-            }
-            Some(GroupEntry {
-                name: f[0].to_string(),
-                gid: f[2].trim().parse().ok()?,
-                members: f
-                    .get(3)
-                    .map(|m| {
-                        m.split(',')
-                            .map(str::trim)
-                            .filter(|m| !m.is_empty())
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+/// `name:password:gid:member,member`; malformed lines are None.
+fn parse_group_line(line: &str) -> Option<GroupEntry> {
+    let line = line.trim_end_matches('\r');
+    if line.is_empty() || line.starts_with('#') || line.starts_with('+') || line.starts_with('-') {
+        return None;
+    }
+    let f: Vec<&str> = line.split(':').collect();
+    if f.len() < 3 || f[0].is_empty() {
+        return None;
+    }
+    Some(GroupEntry {
+        name: f[0].to_string(),
+        gid: f[2].trim().parse().ok()?,
+        members: f
+            .get(3)
+            .map(|m| {
+                m.split(',')
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(String::from)
+                    .collect()
             })
-        })
-        .collect()
+            .unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -425,20 +530,26 @@ mod tests {
     fn image_user_forms() {
         let r = rootfs();
         let p = r.path();
-        assert_eq!(resolve(p, None, "").unwrap(), user(0, 0, &[0]));
-        assert_eq!(resolve(p, None, "33").unwrap(), user(33, 33, &[33, 44]));
+        assert_eq!(resolve(p, None, "", None).unwrap(), user(0, 0, &[0]));
+        assert_eq!(resolve(p, None, "33", None).unwrap(), user(33, 33, &[33, 44]));
         assert_eq!(
-            resolve(p, None, "4242").unwrap(),
+            resolve(p, None, "4242", None).unwrap(),
             user(4242, 0, &[0]),
             "unknown uid: gid 0"
         );
-        assert_eq!(resolve(p, None, "alice").unwrap(), user(1000, 1001, &[44, 50, 1001]));
-        assert_eq!(resolve(p, None, "alice:staff").unwrap(), user(1000, 50, &[44, 50]));
-        assert_eq!(resolve(p, None, "alice:7").unwrap(), user(1000, 7, &[7, 44, 50]));
-        assert_eq!(resolve(p, None, "1003:1004").unwrap(), user(1003, 1004, &[1004]));
-        assert_eq!(resolve(p, None, "1000:video").unwrap(), user(1000, 44, &[44, 50]));
+        assert_eq!(
+            resolve(p, None, "alice", None).unwrap(),
+            user(1000, 1001, &[44, 50, 1001])
+        );
+        assert_eq!(
+            resolve(p, None, "alice:staff", None).unwrap(),
+            user(1000, 50, &[44, 50])
+        );
+        assert_eq!(resolve(p, None, "alice:7", None).unwrap(), user(1000, 7, &[7, 44, 50]));
+        assert_eq!(resolve(p, None, "1003:1004", None).unwrap(), user(1003, 1004, &[1004]));
+        assert_eq!(resolve(p, None, "1000:video", None).unwrap(), user(1000, 44, &[44, 50]));
         for bad in ["nobody", "alice:nogroup", "a:b:c", "nobody:1"] {
-            let e = resolve(p, None, bad).unwrap_err();
+            let e = resolve(p, None, bad, None).unwrap_err();
             assert!(matches!(e, SpecError::Invalid(_)), "{bad}: {e}");
         }
     }
@@ -450,24 +561,24 @@ mod tests {
         let mut c = sc();
         c.run_as_user = Some(api::Int64Value { value: 1000 });
         assert_eq!(
-            resolve(p, Some(&c), "www-data").unwrap(),
+            resolve(p, Some(&c), "www-data", None).unwrap(),
             user(1000, 1001, &[44, 50, 1001])
         );
         c.run_as_group = Some(api::Int64Value { value: 3000 });
         assert_eq!(
-            resolve(p, Some(&c), "www-data").unwrap(),
+            resolve(p, Some(&c), "www-data", None).unwrap(),
             user(1000, 3000, &[44, 50, 3000])
         );
         c.run_as_username = "www-data".into();
-        assert_eq!(resolve(p, Some(&c), "").unwrap(), user(33, 3000, &[44, 3000]));
+        assert_eq!(resolve(p, Some(&c), "", None).unwrap(), user(33, 3000, &[44, 3000]));
 
         let mut only_group = sc();
         only_group.run_as_group = Some(api::Int64Value { value: 5 });
-        assert!(resolve(p, Some(&only_group), "alice").is_err());
+        assert!(resolve(p, Some(&only_group), "alice", None).is_err());
 
         let mut negative = sc();
         negative.run_as_user = Some(api::Int64Value { value: -1 });
-        assert!(resolve(p, Some(&negative), "").is_err());
+        assert!(resolve(p, Some(&negative), "", None).is_err());
     }
 
     #[test]
@@ -478,24 +589,139 @@ mod tests {
         c.run_as_user = Some(api::Int64Value { value: 1000 });
         c.supplemental_groups = vec![60000, 50];
         assert_eq!(
-            resolve(p, Some(&c), "").unwrap(),
+            resolve(p, Some(&c), "", None).unwrap(),
             user(1000, 1001, &[44, 50, 1001, 60000])
         );
         c.set_supplemental_groups_policy(api::SupplementalGroupsPolicy::Strict);
-        assert_eq!(resolve(p, Some(&c), "").unwrap(), user(1000, 1001, &[50, 1001, 60000]));
+        assert_eq!(
+            resolve(p, Some(&c), "", None).unwrap(),
+            user(1000, 1001, &[50, 1001, 60000])
+        );
         c.supplemental_groups = vec![-3];
-        assert!(resolve(p, Some(&c), "").is_err());
+        assert!(resolve(p, Some(&c), "", None).is_err());
+    }
+
+    fn refused(r: Result<User, SpecError>, needle: &str) {
+        match r {
+            Err(SpecError::Invalid(m)) => assert!(m.contains(needle), "{needle:?} not in {m:?}"),
+            other => panic!("want InvalidArgument naming {needle:?}, got {other:?}"),
+        }
+    }
+
+    /// (uid_t)-1 from every source of ids is refused, naming the source (issue 13).
+    #[test]
+    fn no_id_is_refused_from_every_source() {
+        let r = rootfs();
+        let p = r.path();
+        fs::write(
+            p.join("etc/passwd"),
+            format!("{PASSWD}evil:x:4294967295:0::/:/bin/sh\nevilgid:x:1000:4294967295::/:/bin/sh\n"),
+        )
+        .unwrap();
+        fs::write(p.join("etc/group"), format!("{GROUP}nogroup:x:4294967295:alice\n")).unwrap();
+        let strict = |mut c: api::LinuxContainerSecurityContext| {
+            c.set_supplemental_groups_policy(api::SupplementalGroupsPolicy::Strict);
+            c
+        };
+
+        let mut c = sc();
+        c.run_as_user = Some(api::Int64Value { value: 4294967295 });
+        refused(resolve(p, Some(&c), "", None), "run_as_user 4294967295");
+        let mut c = sc();
+        c.run_as_user = Some(api::Int64Value { value: 1000 });
+        c.run_as_group = Some(api::Int64Value { value: 4294967295 });
+        refused(resolve(p, Some(&c), "", None), "run_as_group 4294967295");
+        let mut c = strict(sc());
+        c.supplemental_groups = vec![4294967295];
+        refused(resolve(p, Some(&c), "", None), "supplemental_groups 4294967295");
+        let mut c = sc();
+        c.run_as_username = "evil".into();
+        refused(
+            resolve(p, Some(&c), "", None),
+            "security context's user \"evil\" (uid 4294967295)",
+        );
+
+        refused(resolve(p, None, "4294967295", None), "image's USER \"4294967295\"");
+        refused(resolve(p, None, "1000:4294967295", None), "gid 4294967295");
+        refused(resolve(p, None, "evil", None), "image's USER \"evil\" (uid 4294967295)");
+        refused(resolve(p, None, "evilgid", None), "(gid 4294967295)");
+        refused(
+            resolve(p, Some(&strict(sc())), "1000:nogroup", None),
+            "(gid 4294967295)",
+        );
+        // Merge: alice is a member of nogroup in the image's /etc/group.
+        refused(resolve(p, None, "alice", None), "/etc/group");
+        assert_eq!(
+            resolve(p, Some(&strict(sc())), "alice", None).unwrap(),
+            user(1000, 1001, &[1001])
+        );
+        // Out of u32 range entirely: refused too, never truncated.
+        let mut c = sc();
+        c.supplemental_groups = vec![4294967296];
+        refused(resolve(p, Some(&c), "", None), "supplemental_groups 4294967296");
+        assert_eq!(id32(4294967294, "x").unwrap(), 4294967294);
+    }
+
+    /// In a pod with its own user namespace, ids the namespace does not map are refused.
+    #[test]
+    fn ids_outside_the_pods_user_namespace_are_refused() {
+        use crate::sandbox::userns::IdRange;
+        let r = rootfs();
+        let p = r.path();
+        let range = IdRange {
+            container_id: 0,
+            host_id: 65536 * 5,
+            length: 65536,
+        };
+        let ns = PodUserNs {
+            uids: range,
+            gids: range,
+        };
+        assert_eq!(
+            resolve(p, None, "1000:65535", Some(&ns)).unwrap(),
+            user(1000, 65535, &[44, 50, 65535])
+        );
+        refused(resolve(p, None, "65536", Some(&ns)), "uid 65536 is not mapped");
+        refused(resolve(p, None, "1000:70000", Some(&ns)), "gid 70000 is not mapped");
+        let mut c = sc();
+        c.supplemental_groups = vec![65536];
+        refused(resolve(p, Some(&c), "", Some(&ns)), "supplemental_groups entry 65536");
+    }
+
+    /// A user database far bigger than any real one is scanned, not refused (issue 13, point 5).
+    #[test]
+    fn big_user_databases_are_scanned_a_line_at_a_time() {
+        let r = rootfs();
+        let p = r.path();
+        let mut passwd = String::with_capacity(12 << 20);
+        for i in 0..200_000 {
+            passwd.push_str(&format!(
+                "user{i}:x:{}:{}::/home/user{i}:/bin/sh\n",
+                10_000 + i,
+                10_000 + i
+            ));
+        }
+        // An over-long line (no newline for 1 MiB) is skipped, not buffered whole.
+        passwd.push_str(&"z".repeat(1 << 20));
+        passwd.push_str("\nlast:x:4242:4343::/:/bin/sh\n");
+        assert!(passwd.len() > 8 << 20);
+        fs::write(p.join("etc/passwd"), passwd).unwrap();
+        assert_eq!(resolve(p, None, "last", None).unwrap(), user(4242, 4343, &[4343]));
+        assert_eq!(
+            resolve(p, None, "user199999", None).unwrap(),
+            user(209_999, 209_999, &[209_999])
+        );
     }
 
     #[test]
     fn no_user_database() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(resolve(dir.path(), None, "1000").unwrap(), user(1000, 0, &[0]));
+        assert_eq!(resolve(dir.path(), None, "1000", None).unwrap(), user(1000, 0, &[0]));
         assert_eq!(
-            resolve(dir.path(), None, "1000:1000").unwrap(),
+            resolve(dir.path(), None, "1000:1000", None).unwrap(),
             user(1000, 1000, &[1000])
         );
-        assert!(resolve(dir.path(), None, "alice").is_err());
+        assert!(resolve(dir.path(), None, "alice", None).is_err());
     }
 
     /// A host-looking tree next to the rootfs, with a user only the host has.
@@ -521,7 +747,7 @@ mod tests {
             fs::read_to_string(&passwd).unwrap().contains("hostonly"),
             "the test really points outside"
         );
-        let e = resolve(&root, None, "hostonly").unwrap_err();
+        let e = resolve(&root, None, "hostonly", None).unwrap_err();
         assert!(!e.to_string().contains("4242"), "{e}");
         assert!(read_in_root(&root, "etc/passwd").is_err());
 
@@ -530,15 +756,15 @@ mod tests {
         symlink(host.path().join("etc/shadow"), &passwd).unwrap();
         assert!(fs::read_to_string(&passwd).unwrap().contains("hostonly"));
         assert_eq!(read_in_root(&root, "etc/passwd").unwrap(), None);
-        assert!(resolve(&root, None, "hostonly").is_err());
-        assert_eq!(resolve(&root, None, "4242").unwrap(), user(4242, 0, &[0]));
+        assert!(resolve(&root, None, "hostonly", None).is_err());
+        assert_eq!(resolve(&root, None, "4242", None).unwrap(), user(4242, 0, &[0]));
 
         // /etc/shadow of the rootfs, not of the host.
         fs::remove_file(&passwd).unwrap();
         symlink("/etc/shadow", &passwd).unwrap();
         assert_eq!(read_in_root(&root, "etc/passwd").unwrap(), None);
         fs::write(root.join("etc/shadow"), "inroot:x:7:8::/:/bin/sh\n").unwrap();
-        assert_eq!(resolve(&root, None, "inroot").unwrap(), user(7, 8, &[8]));
+        assert_eq!(resolve(&root, None, "inroot", None).unwrap(), user(7, 8, &[8]));
 
         // A symlinked /etc directory is resolved inside the root too.
         fs::remove_dir_all(root.join("etc")).unwrap();
@@ -548,19 +774,19 @@ mod tests {
             .contains("hostonly"));
         // Inside the root, /etc → /etc is a loop.
         assert!(read_in_root(&root, "etc/passwd").is_err());
-        assert!(resolve(&root, None, "hostonly").is_err());
+        assert!(resolve(&root, None, "hostonly", None).is_err());
         fs::remove_file(root.join("etc")).unwrap();
         fs::create_dir_all(root.join("real/etc")).unwrap();
         fs::write(root.join("real/etc/passwd"), "real:x:9:9::/:/bin/sh\n").unwrap();
         symlink("/real/etc", root.join("etc")).unwrap();
-        assert_eq!(resolve(&root, None, "real").unwrap(), user(9, 9, &[9]));
+        assert_eq!(resolve(&root, None, "real", None).unwrap(), user(9, 9, &[9]));
     }
 
     #[test]
     fn fifos_and_directories_are_refused_without_blocking() {
         let (_host, root) = host_and_root();
         nix::unistd::mkfifo(&root.join("etc/passwd"), Mode::from_bits_truncate(0o644)).unwrap();
-        assert!(resolve(&root, None, "alice").is_err());
+        assert!(resolve(&root, None, "alice", None).is_err());
         fs::create_dir(root.join("etc/group")).unwrap();
         assert!(read_in_root(&root, "etc/group").is_err());
     }
@@ -602,9 +828,12 @@ mod tests {
 
     #[test]
     fn parsers_skip_garbage() {
-        let p = parse_passwd("a:x:1:2\n:x:3:3\nb:x:notanumber:1\n+nis\nc:x:4:5:::\n");
+        let p: Vec<_> = "a:x:1:2\n:x:3:3\nb:x:notanumber:1\n+nis\nc:x:4:5:::\n"
+            .lines()
+            .filter_map(parse_passwd_line)
+            .collect();
         assert_eq!(p.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a", "c"]);
-        let g = parse_group("g:x:5\nh:x:6:u1,,u2\n");
+        let g: Vec<_> = "g:x:5\nh:x:6:u1,,u2\n".lines().filter_map(parse_group_line).collect();
         assert_eq!(g[0].members, Vec::<String>::new());
         assert_eq!(g[1].members, ["u1", "u2"]);
     }

@@ -99,7 +99,12 @@ impl ImageManager {
                 digest: Digest::parse(&descriptor.digest).map_err(|e| pull_err(PullError::Integrity(e.to_string())))?,
                 diff_id: diff_ids[i].clone(),
                 chain_id: chains[i].clone(),
-                size: u64::try_from(descriptor.size).unwrap_or(0),
+                size: u64::try_from(descriptor.size).map_err(|_| {
+                    pull_err(PullError::Integrity(format!(
+                        "layer {} has a negative size",
+                        descriptor.digest
+                    )))
+                })?,
                 media_type: descriptor.media_type.clone(),
             };
             let parent = i.checked_sub(1).map(|p| chains[p].clone());
@@ -256,6 +261,10 @@ impl ImageManager {
         } else if resumed {
             tracing::info!(layer = %layer.digest, offset = ingest.resumed(), "resuming layer download");
         }
+        // A wrong announced length is refused before any of the body is read; without one, the
+        // reader below holds the registry to the descriptor's size.
+        let what = format!("layer {}", layer.digest);
+        super::registry::check_announced(&stream, ingest.resumed(), layer.size, &what)?;
 
         let (tx, rx) = mpsc::channel::<Result<Bytes, String>>(32);
         let store = self.content_root.clone();
@@ -268,6 +277,8 @@ impl ImageManager {
                 ingest,
                 limit: expected.size,
                 pending: Bytes::new(),
+                violation: None,
+                what,
             };
             let (unpacked, source) = unpack_download(source, decoder, &dest, &expected)?;
             source
@@ -331,8 +342,21 @@ struct DownloadSource {
     replay: Option<std::fs::File>,
     rx: mpsc::Receiver<Result<Bytes, String>>,
     ingest: Ingest,
+    /// The descriptor's size: more bytes, or fewer by the end of the stream, fail the pull.
     limit: u64,
     pending: Bytes,
+    /// Set when the registry broke the descriptor's size: the pull's error, whatever the
+    /// unpacker made of the failed read.
+    violation: Option<PullError>,
+    what: String,
+}
+
+impl DownloadSource {
+    fn violate(&mut self, e: PullError) -> io::Error {
+        let io = io::Error::other(e.to_string());
+        self.violation = Some(e);
+        io
+    }
 }
 
 impl Read for DownloadSource {
@@ -346,14 +370,17 @@ impl Read for DownloadSource {
         }
         while self.pending.is_empty() {
             match self.rx.blocking_recv() {
+                None if self.ingest.written() < self.limit => {
+                    let e = super::registry::fewer_than_declared(&self.what, self.ingest.written(), self.limit);
+                    return Err(self.violate(e));
+                }
                 None => return Ok(0),
                 Some(Err(e)) => return Err(io::Error::other(format!("download interrupted: {e}"))),
                 Some(Ok(chunk)) => {
+                    // Refused whole: the ingest never holds more than the descriptor's size.
                     if self.ingest.written() + chunk.len() as u64 > self.limit {
-                        return Err(io::Error::other(format!(
-                            "registry sent more than the {} bytes the manifest declares",
-                            self.limit
-                        )));
+                        let e = super::registry::more_than_declared(&self.what, self.limit);
+                        return Err(self.violate(e));
                     }
                     self.ingest.append(&chunk).map_err(io::Error::other)?;
                     self.pending = chunk;
@@ -376,8 +403,10 @@ fn unpack_download(
     if source.ingest.resumed() > 0 {
         source.replay = Some(source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?);
     }
-    let unpacked = unpack_verified(&mut source, decoder, dest, expected)?;
-    Ok((unpacked, source))
+    match unpack_verified(&mut source, decoder, dest, expected) {
+        Ok(unpacked) => Ok((unpacked, source)),
+        Err(e) => Err(source.violation.take().unwrap_or(e)),
+    }
 }
 
 /// Decompresses and unpacks `compressed` into `dest`, reading it to the end and checking the

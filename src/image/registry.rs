@@ -3,14 +3,22 @@
 //! resolution with platform selection, and blob streams (with Range resume).
 //!
 //! oci-client is used for the HTTP work (auth challenges, bearer tokens, redirects); its
-//! whole-image `pull()` is not used because it buffers layers in memory.
+//! whole-image `pull()` is not used because it buffers layers in memory. Manifests are fetched
+//! with reqwest directly (the client oci-client uses, with the same settings) because oci-client
+//! reads a manifest body whole, whatever its size.
+//!
+//! Registries are untrusted: every document is read against a size known before its body is
+//! read (the cap for manifests, the descriptor's size for blobs), so the daemon's memory is
+//! bounded by its own limits, never by what a registry sends.
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 use oci_client::client::{BlobResponse, ClientConfig, ClientProtocol, SizedStream};
 use oci_client::manifest::{OciDescriptor, OciImageIndex};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 
 use super::digest::Digest;
 use super::hosts::{self, HostEndpoint, Scheme};
@@ -28,8 +36,15 @@ const ACCEPTED_MANIFESTS: &[&str] = &[
     MEDIA_DOCKER_LIST,
 ];
 
-/// Manifests and configs are small; anything bigger is refused rather than buffered.
-const MAX_SMALL_BLOB: usize = 8 << 20;
+/// Largest manifest or index accepted. The distribution spec asks clients to accept at least
+/// 4 MiB and containerd refuses more (MaxManifestSize); real ones are a few KiB.
+pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
+/// Largest image config accepted. It is held in memory and parsed whole; no spec bounds it, and
+/// it carries the build history, labels and env of every layer, so it gets twice the manifest
+/// cap: still a fixed buffer per pull.
+pub const MAX_CONFIG_SIZE: u64 = 8 << 20;
+/// An error body is read only for its message.
+const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// Credentials from the CRI AuthConfig.
 #[derive(Clone, Default)]
@@ -42,6 +57,11 @@ pub struct Credentials {
 struct Endpoint {
     config: HostEndpoint,
     client: Client,
+    /// For manifests, configured like `client`.
+    http: reqwest::Client,
+    /// The bearer token oci-client obtained for this repository (None: the registry asked for
+    /// none, or for basic auth), fetched once per pull.
+    token: tokio::sync::OnceCell<Option<String>>,
     reference: Reference,
     auth: RegistryAuth,
 }
@@ -88,6 +108,7 @@ impl Remote {
                 reference.set_mirror_registry(resolved_host.clone());
             }
             let client = Client::new(client_config(&config, &resolved_host)?);
+            let http = http_client(&config)?;
             // Credentials go to the registry they were given for, never to mirrors (containerd
             // does the same; a mirror must not collect a user's upstream password).
             let for_this_host = !config.is_mirror
@@ -103,6 +124,8 @@ impl Remote {
             endpoints.push(Endpoint {
                 config,
                 client,
+                http,
+                token: tokio::sync::OnceCell::new(),
                 reference,
                 auth,
             });
@@ -136,7 +159,7 @@ impl Remote {
     }
 
     async fn resolve_at(&self, endpoint: &Endpoint) -> Result<Resolved, PullError> {
-        let (bytes, media_type) = self.fetch_manifest(endpoint, &endpoint.reference).await?;
+        let (bytes, media_type) = self.fetch_manifest(endpoint, &endpoint.reference, None).await?;
         let digest = Digest::of(&bytes);
         if let Some(wanted) = self.image.digest() {
             if &digest != wanted {
@@ -158,7 +181,9 @@ impl Remote {
         let child = select_platform(&index)?;
         let child_digest = Digest::parse(&child.digest).map_err(|e| PullError::Integrity(e.to_string()))?;
         let child_ref = endpoint.reference.clone_with_digest(child_digest.to_string());
-        let (manifest, media_type) = self.fetch_manifest(endpoint, &child_ref).await?;
+        let child_size = u64::try_from(child.size)
+            .map_err(|_| PullError::Integrity(format!("manifest {child_digest} has a negative size in the index")))?;
+        let (manifest, media_type) = self.fetch_manifest(endpoint, &child_ref, Some(child_size)).await?;
         if Digest::of(&manifest) != child_digest {
             return Err(PullError::Integrity(format!(
                 "manifest {child_digest} from the index does not match its digest"
@@ -172,53 +197,150 @@ impl Remote {
         })
     }
 
-    async fn fetch_manifest(&self, endpoint: &Endpoint, reference: &Reference) -> Result<(Vec<u8>, String), PullError> {
-        let (bytes, _digest) = endpoint
-            .client
-            .pull_manifest_raw(reference, &endpoint.auth, ACCEPTED_MANIFESTS)
+    /// Fetches one manifest or index, refusing it from its Content-Length when that is over the
+    /// cap (or not the `expected` size from its index) and cutting the body off at the cap when
+    /// it comes without one.
+    async fn fetch_manifest(
+        &self,
+        endpoint: &Endpoint,
+        reference: &Reference,
+        expected: Option<u64>,
+    ) -> Result<(Vec<u8>, String), PullError> {
+        let what = format!(
+            "manifest {}",
+            reference.digest().or(reference.tag()).unwrap_or("latest")
+        );
+        if let Some(size) = expected.filter(|s| *s > MAX_MANIFEST_SIZE) {
+            return Err(too_large(&what, size, MAX_MANIFEST_SIZE));
+        }
+        let url = manifest_url(endpoint.config.scheme, reference);
+        let token = endpoint
+            .token
+            .get_or_try_init(|| endpoint.client.auth(reference, &endpoint.auth, RegistryOperation::Pull))
             .await
             .map_err(|e| classify(&self.image, e))?;
-        if bytes.len() > MAX_SMALL_BLOB {
-            return Err(PullError::Integrity(format!(
-                "manifest of {} bytes is too large",
-                bytes.len()
-            )));
+        let remote = |e: reqwest::Error| PullError::Remote(format!("{url}: {e}"));
+        let get = |basic: bool| {
+            let request = endpoint
+                .http
+                .get(&url)
+                .header(reqwest::header::ACCEPT, ACCEPTED_MANIFESTS.join(", "));
+            match (token, &endpoint.auth) {
+                (Some(token), _) => request.bearer_auth(token),
+                (None, RegistryAuth::Basic(user, password)) if basic => request.basic_auth(user, Some(password)),
+                _ => request,
+            }
+        };
+        let mut response = get(false).send().await.map_err(remote)?;
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED
+            && token.is_none()
+            && matches!(endpoint.auth, RegistryAuth::Basic(..))
+        {
+            // The registry challenged for basic auth (oci-client found no bearer realm).
+            response = get(true).send().await.map_err(remote)?;
         }
-        // oci-client does not hand back the Content-Type; the mediaType field says the same.
+        if !response.status().is_success() {
+            return Err(self.status_error(&url, response).await);
+        }
+        let header_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
+        let limit = expected.unwrap_or(MAX_MANIFEST_SIZE);
+        // Refused from the announced length: the body is never read.
+        match (response.content_length(), expected) {
+            (Some(announced), _) if announced > MAX_MANIFEST_SIZE => {
+                return Err(too_large(&what, announced, MAX_MANIFEST_SIZE))
+            }
+            (Some(announced), Some(size)) if announced != size => {
+                return Err(PullError::Integrity(format!(
+                    "{what}: registry announces {announced} bytes, but the index declares {size}; refused"
+                )))
+            }
+            _ => {}
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(remote)? {
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                return Err(match expected {
+                    Some(size) => more_than_declared(&what, size),
+                    None => {
+                        PullError::Integrity(format!("{what} exceeds the {} limit; refused", mib(MAX_MANIFEST_SIZE)))
+                    }
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if let Some(size) = expected.filter(|s| *s != bytes.len() as u64) {
+            return Err(fewer_than_declared(&what, bytes.len() as u64, size));
+        }
+        // The mediaType field names the document; older manifests may only have the header.
         let media_type = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
             .and_then(|v| v.get("mediaType").and_then(|m| m.as_str()).map(str::to_string))
+            .or(header_type.filter(|t| ACCEPTED_MANIFESTS.contains(&t.as_str())))
             .unwrap_or_else(|| guess_media_type(&bytes));
-        Ok((bytes.to_vec(), media_type))
+        Ok((bytes, media_type))
     }
 
-    /// Fetches a small blob (the config) fully into memory, verified.
+    /// The error for a refused manifest request, from its status and (capped) body.
+    async fn status_error(&self, url: &str, mut response: reqwest::Response) -> PullError {
+        use oci_client::errors::{OciDistributionError as E, OciEnvelope};
+        let status = response.status();
+        let mut body = Vec::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            body.extend_from_slice(&chunk[..chunk.len().min(MAX_ERROR_BODY - body.len())]);
+            if body.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+        let error = match serde_json::from_slice::<OciEnvelope>(&body) {
+            _ if status == reqwest::StatusCode::UNAUTHORIZED => E::UnauthorizedError { url: url.to_string() },
+            _ if status == reqwest::StatusCode::NOT_FOUND => E::ImageManifestNotFoundError(url.to_string()),
+            Ok(envelope) if status.is_client_error() => E::RegistryError {
+                envelope,
+                url: url.to_string(),
+            },
+            _ => E::ServerError {
+                code: status.as_u16(),
+                url: url.to_string(),
+                message: String::from_utf8_lossy(&body).into_owned(),
+            },
+        };
+        classify(&self.image, error)
+    }
+
+    /// Fetches the image config into memory, verified: at most [`MAX_CONFIG_SIZE`] and exactly
+    /// the size its descriptor declares.
     pub async fn fetch_small(&self, descriptor: &OciDescriptor) -> Result<Vec<u8>, PullError> {
         let expected = Digest::parse(&descriptor.digest).map_err(|e| PullError::Integrity(e.to_string()))?;
-        if descriptor.size < 0 || descriptor.size as usize > MAX_SMALL_BLOB {
-            return Err(PullError::Integrity(format!(
-                "config of {} bytes is too large",
-                descriptor.size
-            )));
+        let what = format!("config {expected}");
+        let size =
+            u64::try_from(descriptor.size).map_err(|_| PullError::Integrity(format!("{what} has a negative size")))?;
+        if size > MAX_CONFIG_SIZE {
+            return Err(too_large(&what, size, MAX_CONFIG_SIZE));
         }
         let mut errors = Vec::new();
         for endpoint in self.pull_endpoints() {
-            let mut out = Vec::with_capacity(descriptor.size as usize);
             endpoint
                 .client
                 .store_auth_if_needed(endpoint.reference.resolve_registry(), &endpoint.auth)
                 .await;
-            match endpoint
-                .client
-                .pull_blob(&endpoint.reference, descriptor, &mut out)
-                .await
-            {
-                Ok(()) if Digest::of(&out) == expected => return Ok(out),
-                Ok(()) => errors.push((
+            let result = match endpoint.client.pull_blob_stream(&endpoint.reference, descriptor).await {
+                Ok(stream) => match check_announced(&stream, 0, size, &what) {
+                    Ok(()) => read_sized(stream, size, &what).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(classify(&self.image, e)),
+            };
+            match result {
+                Ok(out) if Digest::of(&out) == expected => return Ok(out),
+                Ok(_) => errors.push((
                     endpoint.describe(),
                     PullError::Integrity(format!("blob {expected} failed verification")),
                 )),
-                Err(e) => errors.push((endpoint.describe(), classify(&self.image, e))),
+                Err(e) => errors.push((endpoint.describe(), e)),
             }
         }
         Err(summarize(&self.image, errors))
@@ -262,15 +384,128 @@ impl Remote {
     }
 }
 
+/// The blob stream of a descriptor of `size` bytes, read into memory: the announced length
+/// must be `size`, the read stops at the first byte past it, and a body that ends short is
+/// refused too (the OCI spec requires the sizes to match).
+async fn read_sized<S>(mut stream: S, size: u64, what: &str) -> Result<Vec<u8>, PullError>
+where
+    S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+{
+    let mut out = Vec::with_capacity(size as usize);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {e}")))?;
+        if (out.len() + chunk.len()) as u64 > size {
+            return Err(more_than_declared(what, size));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    if (out.len() as u64) < size {
+        return Err(fewer_than_declared(what, out.len() as u64, size));
+    }
+    Ok(out)
+}
+
+/// Checks a blob's announced length (Content-Length, from `offset` when resuming) against its
+/// descriptor before any of the body is read.
+pub fn check_announced(stream: &SizedStream, offset: u64, size: u64, what: &str) -> Result<(), PullError> {
+    match stream.content_length {
+        Some(announced) if offset.checked_add(announced) != Some(size) => {
+            let from = if offset > 0 {
+                format!(" from offset {offset}")
+            } else {
+                String::new()
+            };
+            Err(PullError::Integrity(format!(
+                "{what}: registry announces {announced} bytes{from}, but its descriptor declares \
+                 {size}; refused"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn more_than_declared(what: &str, size: u64) -> PullError {
+    PullError::Integrity(format!(
+        "{what}: registry sent more than the {size} bytes its descriptor declares; refused"
+    ))
+}
+
+pub fn fewer_than_declared(what: &str, got: u64, size: u64) -> PullError {
+    PullError::Integrity(format!(
+        "{what}: registry sent {got} bytes, but its descriptor declares {size}; refused"
+    ))
+}
+
+fn too_large(what: &str, size: u64, limit: u64) -> PullError {
+    PullError::Integrity(format!(
+        "{what} is {size} bytes, over the {} limit; refused",
+        mib(limit)
+    ))
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}
+
+/// `<scheme>://<registry>/v2/<repository>/manifests/<tag or digest>`, with `?ns=` naming the
+/// upstream when the registry is a mirror (as oci-client and containerd build it).
+fn manifest_url(scheme: Scheme, reference: &Reference) -> String {
+    let target = reference.digest().or(reference.tag()).unwrap_or("latest");
+    let ns = reference.namespace().map(|ns| format!("?ns={ns}")).unwrap_or_default();
+    format!(
+        "{}://{}/v2/{}/manifests/{target}{ns}",
+        scheme.as_str(),
+        reference.resolve_registry(),
+        reference.repository()
+    )
+}
+
+fn read_cas(endpoint: &HostEndpoint) -> Result<Vec<Vec<u8>>, PullError> {
+    endpoint
+        .ca
+        .iter()
+        .map(|ca| std::fs::read(ca).map_err(|e| PullError::Config(format!("cannot read CA {}: {e}", ca.display()))))
+        .collect()
+}
+
+/// The manifest client: the settings `client_config` gives oci-client. Building one costs
+/// milliseconds (TLS roots), so one per TLS setting is kept for the daemon's life; the CA files
+/// are read at every pull, so a changed hosts.toml or CA gets a new client.
+fn http_client(endpoint: &HostEndpoint) -> Result<reqwest::Client, PullError> {
+    type Clients = std::collections::HashMap<(bool, Vec<Vec<u8>>), reqwest::Client>;
+    static CLIENTS: std::sync::OnceLock<std::sync::Mutex<Clients>> = std::sync::OnceLock::new();
+    let key = (endpoint.skip_verify, read_cas(endpoint)?);
+    let mut clients = CLIENTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(client) = clients.get(&key) {
+        return Ok(client.clone());
+    }
+    let mut roots = Vec::new();
+    for pem in &key.1 {
+        roots.push(reqwest::Certificate::from_pem(pem).map_err(|e| PullError::Config(format!("invalid CA: {e}")))?);
+    }
+    let client = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(endpoint.skip_verify)
+        .tls_certs_merge(roots)
+        .connect_timeout(Duration::from_secs(30))
+        .read_timeout(Duration::from_secs(60))
+        .user_agent(concat!("scute/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| PullError::Config(format!("registry client for {}: {e}", endpoint.host)))?;
+    clients.insert(key, client.clone());
+    Ok(client)
+}
+
 fn client_config(endpoint: &HostEndpoint, resolved_host: &str) -> Result<ClientConfig, PullError> {
-    let mut extra_root_certificates = Vec::new();
-    for ca in &endpoint.ca {
-        let data = std::fs::read(ca).map_err(|e| PullError::Config(format!("cannot read CA {}: {e}", ca.display())))?;
-        extra_root_certificates.push(oci_client::client::Certificate {
+    let extra_root_certificates = read_cas(endpoint)?
+        .into_iter()
+        .map(|data| oci_client::client::Certificate {
             encoding: oci_client::client::CertificateEncoding::Pem,
             data,
-        });
-    }
+        })
+        .collect();
     Ok(ClientConfig {
         protocol: match endpoint.scheme {
             Scheme::Http => ClientProtocol::HttpsExcept(vec![resolved_host.to_string()]),
@@ -406,5 +641,64 @@ mod tests {
         assert_eq!(server_host("https://index.docker.io/v1/"), "docker.io");
         assert_eq!(server_host("registry.k8s.io"), "registry.k8s.io");
         assert_eq!(server_host("http://127.0.0.1:5000"), "127.0.0.1:5000");
+    }
+
+    fn chunks(parts: &[&'static [u8]]) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
+        futures_util::stream::iter(parts.iter().map(|p| Ok(Bytes::from_static(p))).collect::<Vec<_>>())
+    }
+
+    fn integrity(result: Result<Vec<u8>, PullError>) -> String {
+        match result {
+            Err(PullError::Integrity(m)) => m,
+            other => panic!("expected an integrity error, got {:?}", other.map(|b| b.len())),
+        }
+    }
+
+    #[tokio::test]
+    async fn blob_reads_hold_the_registry_to_the_declared_size() {
+        let exact = read_sized(chunks(&[b"ab", b"cd"]), 4, "config x").await.unwrap();
+        assert_eq!(exact, b"abcd");
+        // One byte too many, even at the end of a chunk, is refused, not truncated.
+        let more = integrity(read_sized(chunks(&[b"ab", b"cde"]), 4, "config x").await);
+        assert!(more.contains("more than the 4 bytes"), "{more}");
+        let fewer = integrity(read_sized(chunks(&[b"ab"]), 4, "config x").await);
+        assert!(fewer.contains("sent 2 bytes, but its descriptor declares 4"), "{fewer}");
+    }
+
+    #[test]
+    fn announced_lengths_must_match_the_descriptor() {
+        let sized = |content_length| SizedStream {
+            content_length,
+            digest_header_value: None,
+            stream: Box::pin(futures_util::stream::empty()),
+        };
+        assert!(check_announced(&sized(Some(10)), 0, 10, "layer x").is_ok());
+        assert!(check_announced(&sized(Some(4)), 6, 10, "layer x").is_ok());
+        assert!(check_announced(&sized(None), 0, 10, "layer x").is_ok());
+        let e = check_announced(&sized(Some(200 << 20)), 0, 1234, "config x").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("announces 209715200 bytes, but its descriptor declares 1234"),
+            "{e}"
+        );
+        assert!(check_announced(&sized(Some(u64::MAX)), 6, 10, "layer x").is_err());
+    }
+
+    #[test]
+    fn manifest_urls() {
+        let mut reference = Reference::try_from("127.0.0.1:5000/a/b:v1").unwrap();
+        assert_eq!(
+            manifest_url(Scheme::Http, &reference),
+            "http://127.0.0.1:5000/v2/a/b/manifests/v1"
+        );
+        reference.set_mirror_registry("mirror:5000/prefix".to_string());
+        let pinned = reference.clone_with_digest(format!("sha256:{}", "a".repeat(64)));
+        assert_eq!(
+            manifest_url(Scheme::Https, &pinned),
+            format!(
+                "https://mirror:5000/prefix/v2/a/b/manifests/sha256:{}?ns=127.0.0.1:5000",
+                "a".repeat(64)
+            )
+        );
     }
 }

@@ -127,6 +127,11 @@ pub fn container(name: &str, script: &str) -> api::ContainerConfig {
 }
 
 impl Pod {
+    /// The registry the daemon's mirrors send public names to.
+    pub fn registry(&self) -> &Registry {
+        &self._registry
+    }
+
     pub async fn create(&self, config: api::ContainerConfig) -> Result<String, tonic::Status> {
         self.daemon
             .runtime()

@@ -1,0 +1,632 @@
+//! Pulls from a hostile registry: a tiny OCI distribution server written here (plain tokio, on
+//! 127.0.0.1, which the daemon talks to over plain HTTP) that announces or streams documents of
+//! any size and serves blobs longer or shorter than their descriptors say. The daemon must refuse
+//! each with FailedPrecondition naming the problem, without reading what it refuses, and its
+//! memory must not follow what the registry sends.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Daemon;
+use scute::api;
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tonic::Code;
+
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+
+/// What the hostile documents weigh: far above any cap, far below what the machine can spare.
+const HUGE: u64 = 200 << 20;
+/// Daemon peak RSS growth allowed during a refused pull: its buffers, not the registry's bytes.
+const MAX_GROWTH_KIB: u64 = 64 << 10;
+/// Body bytes the registry may get into socket buffers before a refusing daemon hangs up.
+const MAX_SENT: u64 = 32 << 20;
+
+/// How a document goes out.
+#[derive(Clone)]
+enum Body {
+    /// With its Content-Length.
+    Sized(Vec<u8>),
+    /// Chunked, no Content-Length.
+    Chunked(Vec<u8>),
+    /// `head`, then spaces up to `len` bytes (JSON allows trailing whitespace), announced with
+    /// Content-Length or chunked.
+    Padded { head: Vec<u8>, len: u64, chunked: bool },
+}
+
+impl Body {
+    /// The digest of the whole body, as a registry that stored it would have it.
+    fn digest(&self) -> String {
+        let mut hasher = Sha256::new();
+        match self {
+            Body::Sized(b) | Body::Chunked(b) => hasher.update(b),
+            Body::Padded { head, len, .. } => {
+                hasher.update(head);
+                let block = vec![b' '; 1 << 20];
+                let mut left = len - head.len() as u64;
+                while left > 0 {
+                    let n = left.min(block.len() as u64) as usize;
+                    hasher.update(&block[..n]);
+                    left -= n as u64;
+                }
+            }
+        }
+        format!("sha256:{}", hex::encode(hasher.finalize()))
+    }
+}
+
+/// The hostile registry: documents by path, and a count of the body bytes it managed to write.
+struct Hostile {
+    addr: String,
+    routes: Arc<std::sync::Mutex<HashMap<String, (String, Body)>>>,
+    sent: Arc<AtomicU64>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Hostile {
+    async fn start() -> Hostile {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let routes: Arc<std::sync::Mutex<HashMap<String, (String, Body)>>> = Arc::default();
+        let sent = Arc::new(AtomicU64::new(0));
+        let (r, s) = (routes.clone(), sent.clone());
+        let server = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                tokio::spawn(serve(conn, r.clone(), s.clone()));
+            }
+        });
+        Hostile {
+            addr,
+            routes,
+            sent,
+            server,
+        }
+    }
+
+    fn route(&self, path: String, media_type: &str, body: Body) {
+        self.routes.lock().unwrap().insert(path, (media_type.to_string(), body));
+    }
+
+    fn manifest(&self, repo: &str, reference: &str, media_type: &str, body: Body) {
+        self.route(format!("/v2/{repo}/manifests/{reference}"), media_type, body);
+    }
+
+    fn blob(&self, repo: &str, digest: &str, media_type: &str, body: Body) {
+        self.route(format!("/v2/{repo}/blobs/{digest}"), media_type, body);
+    }
+
+    fn image(&self, repo: &str) -> String {
+        format!("{}/{repo}:v1", self.addr)
+    }
+
+    /// Body bytes written since the last call, once the writers have settled (a refused body's
+    /// writer fails as soon as the daemon hangs up).
+    async fn sent(&self) -> u64 {
+        let mut last = self.sent.load(Ordering::SeqCst);
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = self.sent.load(Ordering::SeqCst);
+            if now == last {
+                self.sent.fetch_sub(now, Ordering::SeqCst);
+                eprintln!("the registry wrote {now} body bytes");
+                return now;
+            }
+            last = now;
+        }
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// One request per connection (`Connection: close`): GET or HEAD of /v2/ or a route.
+async fn serve(
+    mut conn: TcpStream,
+    routes: Arc<std::sync::Mutex<HashMap<String, (String, Body)>>>,
+    sent: Arc<AtomicU64>,
+) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.len() > 64 << 10 {
+            return;
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut first = head.lines().next().unwrap_or("").split(' ');
+    let method = first.next().unwrap_or("").to_string();
+    let path = first.next().unwrap_or("").split('?').next().unwrap_or("").to_string();
+    let route = if path == "/v2/" {
+        Some(("application/json".to_string(), Body::Sized(b"{}".to_vec())))
+    } else {
+        routes.lock().unwrap().get(&path).cloned()
+    };
+    let Some((media_type, body)) = route else {
+        let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}"#;
+        let _ = conn
+            .write_all(
+                format!(
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await;
+        let _ = conn.write_all(body).await;
+        return;
+    };
+    let (length, chunked) = match &body {
+        Body::Sized(b) => (Some(b.len() as u64), false),
+        Body::Chunked(_) => (None, true),
+        Body::Padded { len, chunked, .. } => ((!chunked).then_some(*len), *chunked),
+    };
+    let framing = match length {
+        Some(len) => format!("Content-Length: {len}\r\n"),
+        None => "Transfer-Encoding: chunked\r\n".to_string(),
+    };
+    let digest = body.digest_if_small();
+    let header = format!("HTTP/1.1 200 OK\r\nContent-Type: {media_type}\r\n{framing}{digest}Connection: close\r\n\r\n");
+    if conn.write_all(header.as_bytes()).await.is_err() || method == "HEAD" {
+        return;
+    }
+    let _ = write_body(&mut conn, &body, chunked, &sent).await;
+    let _ = conn.shutdown().await;
+}
+
+impl Body {
+    /// Docker-Content-Digest for the bodies cheap to hash (the huge ones go without, as a
+    /// registry may send them).
+    fn digest_if_small(&self) -> String {
+        match self {
+            Body::Sized(_) | Body::Chunked(_) => format!("Docker-Content-Digest: {}\r\n", self.digest()),
+            Body::Padded { .. } => String::new(),
+        }
+    }
+}
+
+/// Writes the body in 64 KiB pieces, counting what the socket took. A daemon that stopped
+/// reading without hanging up stalls the write: give up after a while.
+async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &AtomicU64) -> std::io::Result<()> {
+    let (head, len) = match body {
+        Body::Sized(b) | Body::Chunked(b) => (b.as_slice(), b.len() as u64),
+        Body::Padded { head, len, .. } => (head.as_slice(), *len),
+    };
+    let spaces = vec![b' '; 64 << 10];
+    let mut offset = 0u64;
+    while offset < len {
+        let piece: &[u8] = if offset < head.len() as u64 {
+            &head[offset as usize..head.len().min(offset as usize + spaces.len())]
+        } else {
+            &spaces[..(len - offset).min(spaces.len() as u64) as usize]
+        };
+        let write = async {
+            if chunked {
+                conn.write_all(format!("{:x}\r\n", piece.len()).as_bytes()).await?;
+                conn.write_all(piece).await?;
+                conn.write_all(b"\r\n").await
+            } else {
+                conn.write_all(piece).await
+            }
+        };
+        match tokio::time::timeout(Duration::from_secs(10), write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+        }
+        offset += piece.len() as u64;
+        sent.fetch_add(piece.len() as u64, Ordering::SeqCst);
+    }
+    if chunked {
+        conn.write_all(b"0\r\n\r\n").await?;
+    }
+    Ok(())
+}
+
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// A one-file uncompressed layer (its digest is its diff ID).
+fn layer_tar() -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let data = b"hostile registry test\n";
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(0o644);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_cksum();
+    builder.append_data(&mut header, "etc/marker", &data[..]).unwrap();
+    builder.into_inner().unwrap()
+}
+
+fn config_json(diff_ids: &[String]) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "architecture": arch(),
+        "os": "linux",
+        "config": {"Cmd": ["/bin/sh"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }))
+    .unwrap()
+}
+
+fn descriptor(media_type: &str, digest: &str, size: u64) -> serde_json::Value {
+    serde_json::json!({"mediaType": media_type, "digest": digest, "size": size})
+}
+
+fn manifest_json(config: serde_json::Value, layers: Vec<serde_json::Value>) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST,
+        "config": config,
+        "layers": layers,
+    }))
+    .unwrap()
+}
+
+/// Serves a well-formed one-layer image under `repo:v1`; answers the manifest bytes.
+fn serve_good_image(registry: &Hostile, repo: &str) -> Vec<u8> {
+    let layer = layer_tar();
+    let config = config_json(&[sha256(&layer)]);
+    registry.blob(repo, &sha256(&layer), LAYER, Body::Sized(layer.clone()));
+    registry.blob(repo, &sha256(&config), CONFIG, Body::Sized(config.clone()));
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(&config), config.len() as u64),
+        vec![descriptor(LAYER, &sha256(&layer), layer.len() as u64)],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest.clone()));
+    manifest
+}
+
+/// Serves `repo:v1` with a good config and one layer whose descriptor says `declared` bytes
+/// and `digest`, served as `body`. The config's diff ID is `diff_id`.
+fn serve_image_with_layer(registry: &Hostile, repo: &str, declared: u64, digest: &str, diff_id: &str, body: Body) {
+    let config = config_json(&[diff_id.to_string()]);
+    registry.blob(repo, &sha256(&config), CONFIG, Body::Sized(config.clone()));
+    registry.blob(repo, digest, LAYER, body);
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(&config), config.len() as u64),
+        vec![descriptor(LAYER, digest, declared)],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
+}
+
+async fn pull(daemon: &Daemon, image: &str) -> Result<String, tonic::Status> {
+    daemon
+        .images()
+        .await
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().image_ref)
+}
+
+/// Pulls `image`, which must be refused with FailedPrecondition and a message containing every
+/// one of `names`.
+async fn refused(daemon: &Daemon, image: &str, names: &[&str]) {
+    assert_refused(pull(daemon, image).await, image, names);
+}
+
+fn assert_refused(result: Result<String, tonic::Status>, image: &str, names: &[&str]) {
+    let status = match result {
+        Ok(id) => panic!("pulling {image} must fail, but it gave {id}"),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), Code::FailedPrecondition, "{image}: {status:?}");
+    for name in names {
+        assert!(
+            status.message().contains(name),
+            "{image}: the error must say {name:?}: {}",
+            status.message()
+        );
+    }
+}
+
+/// Pulls `image` from `registry`, checks that the daemon's peak memory did not follow what the
+/// registry sent and that the registry got little of its body out, then that the pull was
+/// refused naming `names`.
+async fn refused_bounded(daemon: &Daemon, registry: &Hostile, image: &str, names: &[&str]) {
+    let before = peak_kib(daemon);
+    let result = pull(daemon, image).await;
+    let sent = registry.sent().await;
+    assert_bounded(daemon, before, image);
+    assert!(
+        sent < MAX_SENT,
+        "{image}: the registry got {} MiB of its body out",
+        sent >> 20
+    );
+    assert_refused(result, image, names);
+}
+
+/// The daemon's peak resident memory (VmHWM), KiB.
+fn peak_kib(daemon: &Daemon) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}
+
+fn assert_bounded(daemon: &Daemon, before_kib: u64, what: &str) {
+    let growth = peak_kib(daemon).saturating_sub(before_kib);
+    eprintln!("{what}: daemon peak RSS {} -> +{} KiB", before_kib, growth);
+    assert!(
+        growth < MAX_GROWTH_KIB,
+        "{what}: the daemon's peak RSS grew by {} MiB",
+        growth >> 10
+    );
+}
+
+/// The rig: a hostile registry serves a well-formed image too, so the refusals below are about
+/// sizes, not about the little server. An index whose entry understates its manifest's size is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_well_formed_image_pulls_and_an_index_entry_must_match_its_manifest() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    serve_good_image(&registry, "hostile/good");
+    pull(&daemon, &registry.image("hostile/good"))
+        .await
+        .expect("a well-formed image pulls");
+
+    let manifest = serve_good_image(&registry, "hostile/indexed");
+    let index = |size: usize| {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": INDEX,
+            "manifests": [{
+                "mediaType": MANIFEST, "digest": sha256(&manifest), "size": size,
+                "platform": {"os": "linux", "architecture": arch()},
+            }],
+        }))
+        .unwrap()
+    };
+    registry.manifest(
+        "hostile/indexed",
+        &sha256(&manifest),
+        MANIFEST,
+        Body::Sized(manifest.clone()),
+    );
+    registry.manifest("hostile/indexed", "v1", INDEX, Body::Sized(index(manifest.len())));
+    pull(&daemon, &registry.image("hostile/indexed"))
+        .await
+        .expect("an index pulls");
+
+    // Same manifest, but the index says it is 10 bytes shorter: announced, then streamed.
+    let short = manifest.len() - 10;
+    for (tag, body, problem) in [
+        (
+            "announced",
+            Body::Sized(manifest.clone()),
+            format!(
+                "registry announces {} bytes, but the index declares {short}",
+                manifest.len()
+            ),
+        ),
+        (
+            "chunked",
+            Body::Chunked(manifest.clone()),
+            format!("registry sent more than the {short} bytes its descriptor declares"),
+        ),
+    ] {
+        let repo = format!("hostile/understated-{tag}");
+        serve_good_image(&registry, &repo);
+        registry.manifest(&repo, &sha256(&manifest), MANIFEST, body);
+        registry.manifest(&repo, "v1", INDEX, Body::Sized(index(short)));
+        refused(&daemon, &registry.image(&repo), &[&sha256(&manifest), &problem]).await;
+    }
+}
+
+/// (a) A manifest announced with a 200 MiB Content-Length is refused from the header: the
+/// daemon hangs up before the registry gets the body out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_announced_over_the_cap_is_refused_unread() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let head = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#.to_vec();
+    registry.manifest(
+        "hostile/huge",
+        "v1",
+        MANIFEST,
+        Body::Padded {
+            head,
+            len: HUGE,
+            chunked: false,
+        },
+    );
+    refused_bounded(
+        &daemon,
+        &registry,
+        &registry.image("hostile/huge"),
+        &["manifest v1 is 209715200 bytes", "over the 4 MiB limit"],
+    )
+    .await;
+}
+
+/// (b) A manifest without a length that streams 200 MiB is cut off at the 4 MiB cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_streamed_without_a_length_is_cut_at_the_cap() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let head = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#.to_vec();
+    registry.manifest(
+        "hostile/endless",
+        "v1",
+        MANIFEST,
+        Body::Padded {
+            head,
+            len: HUGE,
+            chunked: true,
+        },
+    );
+    refused_bounded(
+        &daemon,
+        &registry,
+        &registry.image("hostile/endless"),
+        &["manifest v1 exceeds the 4 MiB limit"],
+    )
+    .await;
+}
+
+/// (c) A config whose descriptor says 1234 bytes, served as 200 MiB whose digest is the one in
+/// the descriptor: refused from its Content-Length, and cut off after 1234 bytes when it comes
+/// without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_larger_than_its_descriptor_is_refused() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let layer = layer_tar();
+    for chunked in [false, true] {
+        let repo = format!("hostile/config-{}", if chunked { "chunked" } else { "announced" });
+        let body = Body::Padded {
+            head: config_json(&[sha256(&layer)]),
+            len: HUGE,
+            chunked,
+        };
+        let digest = tokio::task::spawn_blocking({
+            let body = body.clone();
+            move || body.digest()
+        })
+        .await
+        .unwrap();
+        registry.blob(&repo, &digest, CONFIG, body);
+        registry.blob(&repo, &sha256(&layer), LAYER, Body::Sized(layer.clone()));
+        let manifest = manifest_json(
+            descriptor(CONFIG, &digest, 1234),
+            vec![descriptor(LAYER, &sha256(&layer), layer.len() as u64)],
+        );
+        registry.manifest(&repo, "v1", MANIFEST, Body::Sized(manifest));
+
+        let problem = if chunked {
+            "registry sent more than the 1234 bytes its descriptor declares"
+        } else {
+            "registry announces 209715200 bytes, but its descriptor declares 1234"
+        };
+        let config = format!("config {digest}");
+        refused_bounded(&daemon, &registry, &registry.image(&repo), &[&config, problem]).await;
+    }
+    // Over the config cap in the descriptor itself: refused before any request.
+    let repo = "hostile/config-over-cap";
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(b"x"), 9 << 20),
+        vec![descriptor(LAYER, &sha256(&layer), layer.len() as u64)],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
+    refused(
+        &daemon,
+        &registry.image(repo),
+        &["is 9437184 bytes, over the 8 MiB limit"],
+    )
+    .await;
+}
+
+/// (d) A layer served longer than its descriptor says, though digest and diff ID match what is
+/// served (a tar followed by zeros is still a valid tar): refused, announced or streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_longer_than_its_descriptor_is_refused() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let tar = layer_tar();
+    let mut served = tar.clone();
+    served.resize(tar.len() + (8 << 20), 0);
+    let digest = sha256(&served);
+    for chunked in [false, true] {
+        let repo = format!("hostile/layer-long-{}", if chunked { "chunked" } else { "announced" });
+        let body = if chunked {
+            Body::Chunked(served.clone())
+        } else {
+            Body::Sized(served.clone())
+        };
+        serve_image_with_layer(&registry, &repo, tar.len() as u64, &digest, &digest, body);
+        let problem = if chunked {
+            format!("more than the {} bytes its descriptor declares", tar.len())
+        } else {
+            format!(
+                "announces {} bytes, but its descriptor declares {}",
+                served.len(),
+                tar.len()
+            )
+        };
+        refused(&daemon, &registry.image(&repo), &[&format!("layer {digest}"), &problem]).await;
+    }
+}
+
+/// (e) Blobs shorter than declared, whose digests match what is served: refused, announced or
+/// streamed, layer or config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_shorter_than_declared_are_refused() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let tar = layer_tar();
+    let digest = sha256(&tar);
+    let declared = tar.len() as u64 + 512;
+    for chunked in [false, true] {
+        let repo = format!("hostile/layer-short-{}", if chunked { "chunked" } else { "announced" });
+        let body = if chunked {
+            Body::Chunked(tar.clone())
+        } else {
+            Body::Sized(tar.clone())
+        };
+        serve_image_with_layer(&registry, &repo, declared, &digest, &digest, body);
+        let problem = if chunked {
+            format!("sent {} bytes, but its descriptor declares {declared}", tar.len())
+        } else {
+            format!("announces {} bytes, but its descriptor declares {declared}", tar.len())
+        };
+        refused(&daemon, &registry.image(&repo), &[&format!("layer {digest}"), &problem]).await;
+    }
+
+    // A config of its own: the ones above are in the content store already.
+    let repo = "hostile/config-short";
+    let mut config = config_json(std::slice::from_ref(&digest));
+    config.extend_from_slice(b"\n");
+    registry.blob(repo, &sha256(&config), CONFIG, Body::Chunked(config.clone()));
+    registry.blob(repo, &digest, LAYER, Body::Sized(tar.clone()));
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(&config), config.len() as u64 + 10),
+        vec![descriptor(LAYER, &digest, tar.len() as u64)],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
+    let problem = format!(
+        "sent {} bytes, but its descriptor declares {}",
+        config.len(),
+        config.len() + 10
+    );
+    refused(
+        &daemon,
+        &registry.image(repo),
+        &[&format!("config {}", sha256(&config)), &problem],
+    )
+    .await;
+}

@@ -1,0 +1,233 @@
+//! The security fixes of issue 13, tried through the CRI as an attacker would: ids that mean
+//! "unchanged" to the kernel, and ExecSync output past the kubelet's message cap.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::pod::{container, pod, Pod};
+use common::Registry;
+use scute::api;
+
+/// Builds the images/build.sh busybox rootfs, changed by `edit`, as `registry.k8s.io/scute-test/<name>:1`
+/// in `registry` (registry.k8s.io is mirrored there), with USER `user` when given.
+fn custom_image(registry: &Registry, name: &str, user: Option<&str>, edit: impl FnOnce(&Path)) -> String {
+    let work = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::repo_root().join("target"))
+        .join("images");
+    let tmp = tempfile::tempdir().unwrap();
+    let rootfs = tmp.path().join("rootfs");
+    // build.sh rebuilds the rootfs under this lock: copy it under the same lock.
+    let status = Command::new("flock")
+        .arg(work.join(".lock"))
+        .args(["cp", "-a"])
+        .arg(work.join("rootfs/busybox"))
+        .arg(&rootfs)
+        .status()
+        .unwrap();
+    assert!(status.success(), "copying the busybox rootfs");
+    edit(&rootfs);
+    let layout = tmp.path().join("layout");
+    let mut args = vec![
+        "build".to_string(),
+        "--rootfs".into(),
+        rootfs.display().to_string(),
+        "--out".into(),
+        layout.display().to_string(),
+    ];
+    if let Some(user) = user {
+        args.extend(["--user".into(), user.into()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    common::kit(&args);
+    common::kit(&[
+        "push",
+        "--layout",
+        layout.to_str().unwrap(),
+        "--to",
+        &format!("{}/scute-test/{name}:1", registry.addr),
+        "--plain-http",
+    ]);
+    format!("registry.k8s.io/scute-test/{name}:1")
+}
+
+async fn pull(pod: &Pod, image: &str) -> api::Image {
+    let mut images = pod.daemon.images().await;
+    images
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    images
+        .image_status(api::ImageStatusRequest {
+            image: Some(api::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .image
+        .unwrap()
+}
+
+fn with_image(mut c: api::ContainerConfig, image: &str) -> api::ContainerConfig {
+    c.image = Some(api::ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    });
+    c
+}
+
+fn security(c: &mut api::ContainerConfig) -> &mut api::LinuxContainerSecurityContext {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
+async fn container_count(pod: &Pod) -> usize {
+    pod.daemon
+        .runtime()
+        .await
+        .list_containers(api::ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers
+        .len()
+}
+
+fn refused(r: Result<String, tonic::Status>, needles: &[&str]) {
+    let err = r.expect_err("the create must be refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    for n in needles {
+        assert!(err.message().contains(n), "{n:?} not in {:?}", err.message());
+    }
+}
+
+/// (uid_t)-1 keeps root through setresuid: a container asking for it, from the request or from
+/// the image, is refused before anything runs — the kubelet's runAsNonRoot check reads the
+/// image's uid (4294967295, "not root") from ImageStatus and would let it through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_meaning_unchanged_are_refused_before_anything_runs() {
+    let pod = pod("ids").await;
+    let evil_uid = custom_image(pod.registry(), "user-max-uid", Some("4294967295"), |_| {});
+    let evil_name = custom_image(pod.registry(), "user-max-name", Some("evil"), |root| {
+        let passwd = root.join("etc/passwd");
+        let mut text = std::fs::read_to_string(&passwd).unwrap();
+        text.push_str("evil:x:4294967295:4294967295::/:/bin/sh\n");
+        std::fs::write(passwd, text).unwrap();
+    });
+    let image = pull(&pod, &evil_uid).await;
+    assert_eq!(
+        image.uid.map(|u| u.value),
+        Some(4294967295),
+        "what the kubelet's runAsNonRoot check sees"
+    );
+    pull(&pod, &evil_name).await;
+
+    let script = "id -u > /dev/termination-log; sleep 60";
+    refused(
+        pod.create(with_image(container("max-uid", script), &evil_uid)).await,
+        &["image's USER", "4294967295"],
+    );
+    refused(
+        pod.create(with_image(container("max-name", script), &evil_name)).await,
+        &["image's USER \"evil\"", "4294967295"],
+    );
+    let mut c = container("run-as-max", script);
+    security(&mut c).run_as_user = Some(api::Int64Value { value: 4294967295 });
+    refused(pod.create(c).await, &["run_as_user 4294967295"]);
+    let mut c = container("group-max", script);
+    security(&mut c).run_as_user = Some(api::Int64Value { value: 1000 });
+    security(&mut c).run_as_group = Some(api::Int64Value { value: 4294967295 });
+    refused(pod.create(c).await, &["run_as_group 4294967295"]);
+    let mut c = container("supplemental-max", script);
+    security(&mut c).supplemental_groups = vec![4294967295];
+    refused(pod.create(c).await, &["supplemental_groups 4294967295"]);
+    let mut c = container("supplemental-wrap", script);
+    security(&mut c).supplemental_groups = vec![4294967296];
+    refused(pod.create(c).await, &["supplemental_groups 4294967296"]);
+    assert_eq!(container_count(&pod).await, 0, "nothing was created");
+
+    // A pod whose sandbox would run as (uid_t)-1 is refused as well.
+    let mut runtime = pod.daemon.runtime().await;
+    let mut config = pod.config.clone();
+    config.metadata.as_mut().unwrap().name = "ids-pod-max".into();
+    config.metadata.as_mut().unwrap().uid = "uid-ids-pod-max".into();
+    let sc = config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default);
+    sc.run_as_user = Some(api::Int64Value { value: 4294967295 });
+    let err = runtime
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("run_as_user 4294967295"), "{err:?}");
+
+    // An ordinary id still runs, as that id.
+    let mut c = container("uid-1234", "id -u; id -G");
+    security(&mut c).run_as_user = Some(api::Int64Value { value: 1234 });
+    let id = pod.run(c).await;
+    pod.wait_exited(&id).await;
+    let log = pod.wait_log("uid-1234", "1234").await;
+    assert!(log.contains(" 1234\n"), "{log}");
+    pod.remove_all().await;
+}
+
+/// ExecSync with more output than the kubelet accepts in one message still answers: the output
+/// is cut to fit and the exit code kept (was: "encoded message length too large", no reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_sync_output_past_the_kubelets_cap_is_truncated() {
+    let pod = pod("exec-big").await;
+    let id = pod.run(container("big", "sleep 600")).await;
+    // The kubelet's client: 16 MiB per received message.
+    let mut client = api::runtime_service_client::RuntimeServiceClient::new(common::connect(&pod.daemon.socket).await)
+        .max_decoding_message_size(16 << 20);
+    let reply = client
+        .exec_sync(api::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "head -c 20000000 /dev/zero | tr '\\0' o; head -c 20000000 /dev/zero | tr '\\0' e >&2; exit 3".into(),
+            ],
+            timeout: 60,
+        })
+        .await
+        .expect("a reply, not a transport error")
+        .into_inner();
+    assert_eq!(reply.exit_code, 3);
+    let total = reply.stdout.len() + reply.stderr.len();
+    assert!(total <= 16 << 20, "{total}");
+    assert!(total >= 15 << 20, "as much as fits is kept: {total}");
+    assert!(reply.stdout.len() >= 7 << 20 && reply.stdout.iter().all(|&b| b == b'o'));
+    assert!(reply.stderr.len() >= 7 << 20 && reply.stderr.iter().all(|&b| b == b'e'));
+
+    // Small output is untouched.
+    let reply = pod
+        .exec(&id, &["sh", "-c", "echo out; echo err >&2; exit 4"], 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.stdout.as_slice(), reply.stderr.as_slice(), reply.exit_code),
+        (&b"out\n"[..], &b"err\n"[..], 4)
+    );
+    pod.remove_all().await;
+}
