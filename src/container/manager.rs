@@ -377,6 +377,7 @@ impl ContainerManager {
             name: name.clone(),
             sandbox_id: sandbox_id.clone(),
             config: ContainerRecord::encode_config(&config),
+            image_name: display_image_name(&config, &image_name, &image),
             image_ref: image_name,
             image_id: image.id.clone(),
             chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
@@ -1211,4 +1212,36 @@ mod tests {
         );
         assert_eq!(sibling_cgroup("", "def"), "/scute/scute-def");
     }
+}
+
+/// The image name a container reports (containerd's behaviour): the kubelet's
+/// `user_specified_image` when it sent one (it sends the ID in `image`); else the name the
+/// request used, unless that was the image's ID or an ID prefix, then the image's first repo
+/// tag (or digest). The kubelet copies this verbatim into `containerStatuses[].image`.
+fn display_image_name(
+    config: &api::ContainerConfig,
+    requested: &str,
+    image: &crate::image::record::ImageRecord,
+) -> String {
+    if let Some(user) = config
+        .image
+        .as_ref()
+        .map(|i| i.user_specified_image.as_str())
+        .filter(|u| !u.is_empty())
+    {
+        return user.to_string();
+    }
+    let id = image.id.to_string();
+    let hex = id.strip_prefix("sha256:").unwrap_or(&id);
+    let by_id =
+        id.starts_with(requested) || (requested.chars().all(|c| c.is_ascii_hexdigit()) && hex.starts_with(requested));
+    if !by_id {
+        return requested.to_string();
+    }
+    image
+        .repo_tags
+        .first()
+        .or(image.repo_digests.first())
+        .cloned()
+        .unwrap_or_else(|| requested.to_string())
 }

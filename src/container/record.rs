@@ -47,6 +47,10 @@ pub struct ContainerRecord {
     /// The image as the kubelet named it, and the image ID it resolved to.
     pub image_ref: String,
     pub image_id: Digest,
+    /// The name ContainerStatus.image reports (issue 22): what the user asked for, never a bare
+    /// ID when a name is known. Empty in records older than the field (the config's is used).
+    #[serde(default)]
+    pub image_name: String,
     /// The layer snapshots under the container's rootfs: garbage collection keeps them even
     /// if the image itself is removed while the container exists.
     #[serde(default)]
@@ -93,6 +97,16 @@ impl ContainerRecord {
         config.encode_to_vec()
     }
 
+    /// The ImageSpec ContainerStatus and ListContainers report: the request's, with `image` the
+    /// name the kubelet copies into `containerStatuses[].image` (its ID stays in image_ref/image_id).
+    pub fn image_spec(&self, config: &api::ContainerConfig) -> Option<api::ImageSpec> {
+        let mut spec = config.image.clone()?;
+        if !self.image_name.is_empty() {
+            spec.image = self.image_name.clone();
+        }
+        Some(spec)
+    }
+
     /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
     pub fn to_cri_status(&self) -> api::ContainerStatus {
         let config = self.config();
@@ -108,7 +122,7 @@ impl ContainerRecord {
                 0
             },
             exit_code: self.exit_code,
-            image: config.image.clone(),
+            image: self.image_spec(&config),
             image_ref: self.image_id.to_string(),
             image_id: self.image_id.to_string(),
             reason: self.reason.clone(),

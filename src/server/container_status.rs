@@ -37,7 +37,7 @@ pub(super) fn to_cri_container(record: &ContainerRecord) -> api::Container {
         id: record.id.clone(),
         pod_sandbox_id: record.sandbox_id.clone(),
         metadata: config.metadata.clone(),
-        image: config.image.clone(),
+        image: record.image_spec(&config),
         image_ref: record.image_id.to_string(),
         state: record.state.to_cri() as i32,
         created_at: record.created_at,
