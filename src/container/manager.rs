@@ -1123,6 +1123,38 @@ fn stage_idmapped_volumes(
     Ok(Some(staged))
 }
 
+/// The image name a container reports (containerd's behaviour): the kubelet's
+/// `user_specified_image` when it sent one (it sends the ID in `image`); else the name the
+/// request used, unless that was the image's ID or an ID prefix, then the image's first repo
+/// tag (or digest). The kubelet copies this verbatim into `containerStatuses[].image`.
+fn display_image_name(
+    config: &api::ContainerConfig,
+    requested: &str,
+    image: &crate::image::record::ImageRecord,
+) -> String {
+    if let Some(user) = config
+        .image
+        .as_ref()
+        .map(|i| i.user_specified_image.as_str())
+        .filter(|u| !u.is_empty())
+    {
+        return user.to_string();
+    }
+    let id = image.id.to_string();
+    let hex = id.strip_prefix("sha256:").unwrap_or(&id);
+    let by_id =
+        id.starts_with(requested) || (requested.chars().all(|c| c.is_ascii_hexdigit()) && hex.starts_with(requested));
+    if !by_id {
+        return requested.to_string();
+    }
+    image
+        .repo_tags
+        .first()
+        .or(image.repo_digests.first())
+        .cloned()
+        .unwrap_or_else(|| requested.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1212,36 +1244,4 @@ mod tests {
         );
         assert_eq!(sibling_cgroup("", "def"), "/scute/scute-def");
     }
-}
-
-/// The image name a container reports (containerd's behaviour): the kubelet's
-/// `user_specified_image` when it sent one (it sends the ID in `image`); else the name the
-/// request used, unless that was the image's ID or an ID prefix, then the image's first repo
-/// tag (or digest). The kubelet copies this verbatim into `containerStatuses[].image`.
-fn display_image_name(
-    config: &api::ContainerConfig,
-    requested: &str,
-    image: &crate::image::record::ImageRecord,
-) -> String {
-    if let Some(user) = config
-        .image
-        .as_ref()
-        .map(|i| i.user_specified_image.as_str())
-        .filter(|u| !u.is_empty())
-    {
-        return user.to_string();
-    }
-    let id = image.id.to_string();
-    let hex = id.strip_prefix("sha256:").unwrap_or(&id);
-    let by_id =
-        id.starts_with(requested) || (requested.chars().all(|c| c.is_ascii_hexdigit()) && hex.starts_with(requested));
-    if !by_id {
-        return requested.to_string();
-    }
-    image
-        .repo_tags
-        .first()
-        .or(image.repo_digests.first())
-        .cloned()
-        .unwrap_or_else(|| requested.to_string())
 }
