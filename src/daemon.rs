@@ -2,6 +2,7 @@
 //! until SIGTERM/SIGINT. Shutdown stops accepting, lets in-flight RPCs finish (bounded), closes
 //! the store and removes the sockets. It never touches containers: they belong to their shims.
 
+use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await??;
     let store = Arc::new(store);
     tracing::info!(path = %store.path().display(), schema = crate::store::SCHEMA_VERSION, "store open");
+    secure_root(&config.root, &store).context("closing scute's root to other users")?;
 
     let images = ImageManager::open(
         store.clone(),
@@ -188,6 +190,71 @@ pub async fn serve(config: Config) -> Result<()> {
     drop(store);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What other host users may reach under root (see README, "On disk"), set at every start so an
+/// upgrade closes what an older scute left open. Cheap: the top-level dirs and each pod's and
+/// container's own dir and bundle, never the files in a rootfs. `meta.redb` is made 0600 by the
+/// store, `content/` and `snapshots/` 0700 by theirs.
+fn secure_root(root: &Path, store: &Store) -> Result<()> {
+    use crate::container::record::ContainerRecord;
+    use crate::sandbox::{files, record::SandboxRecord, userns};
+
+    // A pod with its own user namespace: its root's host gid, which may pass its dirs.
+    let mut pod_gids: HashMap<String, Option<u32>> = HashMap::new();
+    for sandbox in store.list::<SandboxRecord>().context("listing pod sandboxes")? {
+        let ns = sandbox
+            .config()
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options)
+            .unwrap_or_default();
+        let gid = userns::pod_user_namespace(&ns)
+            .ok()
+            .flatten()
+            .map(|pod| pod.gids.host_id);
+        pod_gids.insert(sandbox.id, gid);
+    }
+    let mut container_gids = HashMap::new();
+    for container in store.list::<ContainerRecord>().context("listing containers")? {
+        let gid = pod_gids.get(&container.sandbox_id).copied().flatten();
+        container_gids.insert(container.id, gid);
+    }
+    for (kind, gids) in [("sandboxes", &pod_gids), ("containers", &container_gids)] {
+        let parent = root.join(kind);
+        prepare_dir(&parent, files::SHARED_DIR_MODE)?;
+        let entries = std::fs::read_dir(&parent).with_context(|| format!("cannot list {}", parent.display()))?;
+        for entry in entries {
+            let dir = entry
+                .with_context(|| format!("cannot list {}", parent.display()))?
+                .path();
+            if !is_dir(&dir) {
+                continue;
+            }
+            // Leftovers with no record are closed to everyone.
+            let name = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let gid = gids.get(&name).copied().flatten();
+            files::restrict_dir(&dir, gid)?;
+            let bundle = dir.join("bundle");
+            if is_dir(&bundle) {
+                files::restrict_dir(&bundle, None)?;
+                let spec = bundle.join("config.json");
+                if std::fs::symlink_metadata(&spec).is_ok_and(|m| m.is_file()) {
+                    std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(files::PRIVATE_FILE_MODE))
+                        .with_context(|| format!("cannot set mode 600 on {}", spec.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A directory itself, not a symlink to one.
+fn is_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {

@@ -463,6 +463,8 @@ impl ContainerManager {
             .unwrap_or_default();
         // Checked when the pod was made.
         let userns = crate::sandbox::userns::pod_user_namespace(&ns).ok().flatten();
+        files::create_private_dir(&dir, userns.map(|pod| pod.gids.host_id))
+            .map_err(failed("creating the container directory"))?;
         let mut staged = None;
         match &userns {
             // In a pod user namespace the image's files must appear as the pod's: idmapped layers.
@@ -507,9 +509,10 @@ impl ContainerManager {
             record.user = Some((user.uid(), user.gid(), groups));
         }
         let bundle = dir.join("bundle");
-        std::fs::create_dir_all(&bundle).map_err(failed("creating the bundle"))?;
+        files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| ContainerError::Failed(e.to_string()))?;
-        files::write_atomic(&bundle.join("config.json"), &spec_json).map_err(failed("writing config.json"))?;
+        files::write_atomic_mode(&bundle.join("config.json"), &spec_json, files::PRIVATE_FILE_MODE)
+            .map_err(failed("writing config.json"))?;
         if !record.log_path.is_empty() {
             if let Some(parent) = std::path::Path::new(&record.log_path).parent() {
                 std::fs::create_dir_all(parent).map_err(failed("creating the log directory"))?;

@@ -1,6 +1,7 @@
 //! The files a pod's containers share: hostname, /etc/hosts and /etc/resolv.conf (from the
 //! DNSConfig the kubelet sends, or the host's), written into the sandbox directory and bind-mounted
-//! into every container of the pod (the containers issue), plus the pod's /dev/shm tmpfs.
+//! into every container of the pod (the containers issue), plus the pod's /dev/shm tmpfs; and
+//! the modes that keep other host users out of pods' and containers' directories.
 
 use std::fmt::Write as _;
 use std::io;
@@ -80,15 +81,74 @@ pub fn validate_hostname(hostname: &str) -> Result<(), String> {
     }
 }
 
-/// Writes `contents` to `path` atomically (temp + fsync + rename), mode 0644.
+/// A directory holding per-object directories (`sandboxes/`, `containers/`): searchable, not
+/// listable, so that a pod user namespace's root can pass to its own directory.
+pub const SHARED_DIR_MODE: u32 = 0o711;
+/// A pod's or container's own directory: the host's root only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// The same for a pod with its own user namespace, group-owned by the pod root's host gid: that
+/// root must reach its rootfs and pod files while its containers are set up; nobody else may.
+pub const USERNS_DIR_MODE: u32 = 0o710;
+/// Files only the daemon and shims read (bundle specs).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Creates a pod's or container's own directory closed to other users (see `restrict_dir`),
+/// with no moment where it is open. Missing parents are made `SHARED_DIR_MODE`.
+pub fn create_private_dir(dir: &Path, pod_gid: Option<u32>) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|p| !p.is_dir()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(SHARED_DIR_MODE)
+            .create(parent)
+            .map_err(|e| with_path(e, "creating", parent))?;
+    }
+    match std::fs::DirBuilder::new().mode(PRIVATE_DIR_MODE).create(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(with_path(e, "creating", dir)),
+        _ => {}
+    }
+    restrict_dir(dir, pod_gid)
+}
+
+/// Closes an existing pod or container directory: 0700, or with `pod_gid` (the host gid of the
+/// pod's root, for a pod with its own user namespace) 0710 group-owned by it. An older scute
+/// made these 0755: this is also how a start tightens them.
+pub fn restrict_dir(dir: &Path, pod_gid: Option<u32>) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let chmod = |mode: u32| {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| with_path(e, &format!("setting mode {mode:o} on"), dir))
+    };
+    // Closed first, then opened to the pod's group only once that group owns it.
+    chmod(PRIVATE_DIR_MODE)?;
+    if let Some(gid) = pod_gid {
+        std::os::unix::fs::chown(dir, None, Some(gid))
+            .map_err(|e| with_path(e, &format!("giving group {gid}"), dir))?;
+        chmod(USERNS_DIR_MODE)?;
+    }
+    Ok(())
+}
+
+fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+/// Writes `contents` to `path` atomically (temp + fsync + rename), mode 0644: the pod's
+/// hostname, hosts and resolv.conf, which every user inside its containers reads (a bind mount
+/// keeps the file's mode). The pod's directory is what keeps host users out.
 pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
+    write_atomic_mode(path, contents, 0o644)
+}
+
+/// `write_atomic` with the file's mode; the temp file is 0600 until then.
+pub fn write_atomic_mode(path: &Path, contents: &str, mode: u32) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().ok_or_else(|| io::Error::other("no parent dir"))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(contents.as_bytes())?;
     tmp.as_file().sync_all()?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
@@ -194,6 +254,28 @@ mod tests {
         assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
         assert!(is_mountpoint(Path::new("/proc")));
         assert!(!is_mountpoint(dir.path()));
+    }
+
+    #[test]
+    fn private_dirs_are_closed_and_open_only_to_the_pods_group() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let object = dir.path().join("sandboxes/abc");
+        create_private_dir(&object, None).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&object), PRIVATE_DIR_MODE);
+        assert_eq!(mode(object.parent().unwrap()), SHARED_DIR_MODE);
+        std::fs::set_permissions(&object, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create_private_dir(&object, None).unwrap();
+        assert_eq!(mode(&object), PRIVATE_DIR_MODE);
+        if nix::unistd::Uid::effective().is_root() {
+            restrict_dir(&object, Some(200_000)).unwrap();
+            assert_eq!(mode(&object), USERNS_DIR_MODE);
+            assert_eq!(std::fs::metadata(&object).unwrap().gid(), 200_000);
+        }
+        let file = object.join("config.json");
+        write_atomic_mode(&file, "{}", PRIVATE_FILE_MODE).unwrap();
+        assert_eq!(mode(&file), PRIVATE_FILE_MODE);
     }
 
     #[test]

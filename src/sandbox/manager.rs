@@ -3,7 +3,9 @@
 //!
 //! On disk, per sandbox:
 //! - `<root>/sandboxes/<id>/`: `hostname`, `hosts`, `resolv.conf`, `shm/` (tmpfs), `rootfs/`
-//!   (overlay of the sandbox image, `upper/` + `work/`), `bundle/config.json` (pause's spec);
+//!   (overlay of the sandbox image, `upper/` + `work/`), `bundle/config.json` (pause's spec).
+//!   The dir is 0700, or 0710 group-owned by the pod root's host gid for a pod with its own user
+//!   namespace (see `files::create_private_dir`): no other host user passes it;
 //! - `<state>/netns/<id>`: the pinned network namespace;
 //! - `<state>/shims/<id>/`: the shim's socket, pid, log and exit files.
 //!
@@ -234,10 +236,12 @@ impl SandboxManager {
     ) -> Result<(), SandboxError> {
         let id = record.id.clone();
         let dir = self.sandbox_dir(&id);
-        std::fs::create_dir_all(&dir).map_err(failed("creating the sandbox directory"))?;
         let linux = config.linux.clone().unwrap_or_default();
         let security = linux.security_context.clone().unwrap_or_default();
         let ns = security.namespace_options.clone().unwrap_or_default();
+        let userns = userns::pod_user_namespace(&ns).map_err(SandboxError::InvalidArgument)?;
+        files::create_private_dir(&dir, userns.map(|pod| pod.gids.host_id))
+            .map_err(failed("creating the sandbox directory"))?;
 
         // The sandbox image: the embedded pause unless configured otherwise; pulled if missing.
         let image = match self.images.resolve(&self.config.image.sandbox_image) {
@@ -249,8 +253,6 @@ impl SandboxManager {
             }
             Err(e) => return Err(e.into()),
         };
-
-        let userns = userns::pod_user_namespace(&ns).map_err(SandboxError::InvalidArgument)?;
 
         // Network: pinned netns + CNI (loopback and the pod network). A pod with its own user
         // namespace gets its network namespace from pause, so that comes after pause starts.
@@ -334,9 +336,10 @@ impl SandboxManager {
         })
         .map_err(|e| SandboxError::InvalidArgument(e.to_string()))?;
         let bundle = dir.join("bundle");
-        std::fs::create_dir_all(&bundle).map_err(failed("creating the bundle"))?;
+        files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| SandboxError::Failed(e.to_string()))?;
-        files::write_atomic(&bundle.join("config.json"), &spec_json).map_err(failed("writing config.json"))?;
+        files::write_atomic_mode(&bundle.join("config.json"), &spec_json, files::PRIVATE_FILE_MODE)
+            .map_err(failed("writing config.json"))?;
 
         let shim = ShimClient::spawn(&SpawnOptions {
             sandbox_id: id.clone(),

@@ -12,6 +12,7 @@ pub mod idmap;
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -66,9 +67,10 @@ impl Snapshotter {
         let s = Snapshotter {
             root: root.to_path_buf(),
         };
-        // Layers hold setuid binaries and device nodes with any mode: only root may reach them.
-        fs::create_dir_all(&s.root)?;
-        fs::set_permissions(&s.root, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        // Layers hold setuid binaries and device nodes with any mode: only root may reach them
+        // (made so, never open for a moment; an older scute's dir is tightened).
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(&s.root)?;
+        fs::set_permissions(&s.root, fs::Permissions::from_mode(0o700))?;
         // Half-done unpacks from before a crash.
         let _ = fs::remove_dir_all(s.tmp_dir());
         fs::create_dir_all(s.tmp_dir())?;
@@ -144,6 +146,10 @@ pub fn mount_overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Pat
     for dir in [upper, work, target] {
         fs::create_dir_all(dir)?;
     }
+    // The upper dir is the container's `/` (overlayfs takes the root's mode from it): 0755 as
+    // with containerd, whatever the daemon's umask. The container's own dir keeps host users out.
+    fs::set_permissions(upper, fs::Permissions::from_mode(0o755))
+        .map_err(|e| io::Error::new(e.kind(), format!("setting mode 755 on {}: {e}", upper.display())))?;
     let lowerdir = lowers
         .iter()
         .map(|p| p.display().to_string())

@@ -125,8 +125,25 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the store at `path`, checking its schema version.
     pub fn open(path: &Path) -> Result<Store> {
+        let io_error = |e: std::io::Error| Error::Db(Box::new(redb::StorageError::Io(e).into()));
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::Db(Box::new(redb::StorageError::Io(e).into())))?;
+            std::fs::create_dir_all(dir).map_err(io_error)?;
+        }
+        // Root's alone (records hold pod configs, env and mounts): made 0600 before redb opens
+        // it, and tightened if an older scute left it world-readable.
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let with_path =
+                |e: std::io::Error| io_error(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+                .map_err(with_path)?;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(with_path)?;
         }
         let db = Database::create(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => Error::Locked {
@@ -414,6 +431,19 @@ mod tests {
             Err(other) => panic!("unexpected error: {other}"),
             Ok(_) => panic!("second open succeeded"),
         }
+    }
+
+    #[test]
+    fn the_store_file_is_root_only_also_when_an_older_scute_left_it_open() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let mode = || std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        drop(Store::open(&path).unwrap());
+        assert_eq!(mode(), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(Store::open(&path).unwrap());
+        assert_eq!(mode(), 0o600);
     }
 
     #[test]
