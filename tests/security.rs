@@ -1,5 +1,6 @@
 //! The security fixes of issue 13, tried through the CRI as an attacker would: ids that mean
-//! "unchanged" to the kernel, and ExecSync output past the kubelet's message cap.
+//! "unchanged" to the kernel, ExecSync output past the kubelet's message cap, and images whose
+//! /dev, /etc or a mount target's parent is a symlink.
 
 mod common;
 
@@ -229,5 +230,86 @@ async fn exec_sync_output_past_the_kubelets_cap_is_truncated() {
         (reply.stdout.as_slice(), reply.stderr.as_slice(), reply.exit_code),
         (&b"out\n"[..], &b"err\n"[..], 4)
     );
+    pod.remove_all().await;
+}
+
+/// An image's /dev, /etc, or a volume target's parent that is a symlink is resolved inside the
+/// container's root, as runc does, and never on the host: an absolute /dev link naming a host
+/// directory once made the runtime create /dev's links (fd, stdin, ptmx) there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_symlinks_resolve_inside_the_root_never_on_the_host() {
+    use std::os::unix::fs::symlink;
+    let pod = pod("symlinks").await;
+    let canary = tempfile::Builder::new().prefix("scute-canary-").tempdir().unwrap();
+    let canary_path = canary.path().to_path_buf();
+    let dev_link = custom_image(pod.registry(), "dev-symlink", None, |root| {
+        let _ = std::fs::remove_dir_all(root.join("dev"));
+        symlink(&canary_path, root.join("dev")).unwrap();
+    });
+    let etc_link = custom_image(pod.registry(), "etc-symlink", None, |root| {
+        std::fs::rename(root.join("etc"), root.join("usr/etc")).unwrap();
+        symlink("usr/etc", root.join("etc")).unwrap();
+    });
+    let parent_link = custom_image(pod.registry(), "mount-parent-symlink", None, |root| {
+        std::fs::create_dir_all(root.join("srv")).unwrap();
+        symlink("/srv", root.join("data")).unwrap();
+    });
+    for image in [&dev_link, &etc_link, &parent_link] {
+        pull(&pod, image).await;
+    }
+
+    // /dev is the container's own tmpfs with its device nodes and links.
+    let script = "test -c /dev/null && test -L /dev/fd && test -L /dev/ptmx && echo dev-ok; stat -f -c %T /dev";
+    let id = pod.run(with_image(container("dev", script), &dev_link)).await;
+    let status = pod.wait_exited(&id).await;
+    let log = pod.wait_log("dev", "tmpfs").await;
+    assert_eq!(status.exit_code, 0, "{log}");
+    assert!(log.contains("dev-ok"), "{log}");
+    let on_host: Vec<_> = std::fs::read_dir(canary.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        on_host.is_empty(),
+        "created on the host through the image's /dev link: {on_host:?}"
+    );
+
+    // /etc → usr/etc: the pod's hostname, hosts and resolv.conf land in usr/etc, inside the
+    // root, and read as they do in an image with a plain /etc.
+    let script = "cat /etc/hostname /etc/hosts /etc/resolv.conf; readlink /etc || echo plain";
+    let mut outputs = Vec::new();
+    for (name, image) in [("etc-plain", common::pod::BUSYBOX), ("etc", etc_link.as_str())] {
+        let id = pod.run(with_image(container(name, script), image)).await;
+        let status = pod.wait_exited(&id).await;
+        let log = pod.wait_log(name, "\n").await;
+        assert_eq!(status.exit_code, 0, "{log}");
+        let text: Vec<String> = log
+            .lines()
+            .map(|l| l.splitn(4, ' ').nth(3).unwrap_or("").to_string())
+            .collect();
+        outputs.push(text);
+    }
+    let (plain, linked) = (&outputs[0], &outputs[1]);
+    assert_eq!(plain.last().map(String::as_str), Some("plain"));
+    assert_eq!(linked.last().map(String::as_str), Some("usr/etc"));
+    assert_eq!(plain[..plain.len() - 1], linked[..linked.len() - 1]);
+    assert!(plain.len() > 2, "{plain:?}");
+
+    // A volume at /data/vol with /data → /srv: mounted at /srv/vol inside the root.
+    let volume = tempfile::tempdir().unwrap();
+    std::fs::write(volume.path().join("file"), "from the volume\n").unwrap();
+    let mut c = with_image(container("parent", "cat /data/vol/file /srv/vol/file"), &parent_link);
+    c.mounts = vec![api::Mount {
+        container_path: "/data/vol".into(),
+        host_path: volume.path().display().to_string(),
+        readonly: true,
+        ..Default::default()
+    }];
+    let id = pod.run(c).await;
+    let status = pod.wait_exited(&id).await;
+    let log = pod.wait_log("parent", "from the volume").await;
+    assert_eq!(status.exit_code, 0, "{log}");
+    assert_eq!(log.matches("from the volume").count(), 2, "{log}");
     pod.remove_all().await;
 }

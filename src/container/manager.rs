@@ -487,6 +487,9 @@ impl ContainerManager {
             None => crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
                 .map_err(failed("mounting the container's rootfs"))?,
         }
+        if let Some(what) = crate::snapshot::rootfs::settle_dev(&rootfs).map_err(failed("settling the image's /dev"))? {
+            tracing::warn!(container = %record.id, image = %image.id, "the image's /dev is {what}: replaced by a directory in the container's layer");
+        }
         let spec = container_spec(&ContainerSpec {
             id: &record.id,
             config: staged.as_ref().unwrap_or(config),

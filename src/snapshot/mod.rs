@@ -9,6 +9,7 @@
 //! removed at start.
 
 pub mod idmap;
+pub mod rootfs;
 
 use std::fs;
 use std::io;
