@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod kubelet;
 pub mod pod;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,758 @@
+//! A real kubelet (v1.36.2, standalone, static pods) driving scute (issue 14): each test checks
+//! what the kubelet reports against what actually runs on the host (processes, namespaces, cgroup
+//! files, log files, exit codes) and what scute answers over CRI. Skipped, saying so, without
+//! `../shared/tools`. The harness is tests/common/kubelet.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::kubelet::{container_id, container_status, Node};
+use common::pod::BUSYBOX;
+use scute::api;
+use serde_json::{json, Value};
+
+const HTTPD: &str = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4";
+const START: Duration = Duration::from_secs(120);
+
+/// scute's verbose ContainerStatus: the CRI status and the container's host pid.
+async fn cri_container(node: &Node, id: &str) -> (api::ContainerStatus, i32) {
+    let reply = node
+        .daemon
+        .runtime()
+        .await
+        .container_status(api::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+        .into_inner();
+    let info: Value = serde_json::from_str(reply.info.get("info").map(String::as_str).unwrap_or("{}")).unwrap();
+    (reply.status.unwrap(), info["pid"].as_i64().unwrap_or(0) as i32)
+}
+
+/// The inode of a process's namespace `kind`.
+fn ns_inode(pid: i32, kind: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/{kind}"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/ns/{kind}: {e}"))
+        .ino()
+}
+
+/// The lines a container wrote, from the kubelet's pod log dir (CRI log format: time, stream,
+/// P/F tag, text), as (stream, text).
+fn log_lines(node: &Node, pod: &Value, container: &str) -> Vec<(String, String)> {
+    let dir = node.pod_logs_dir().join(format!(
+        "{}_{}_{}/{container}",
+        pod["metadata"]["namespace"].as_str().unwrap(),
+        pod["metadata"]["name"].as_str().unwrap(),
+        pod["metadata"]["uid"].as_str().unwrap()
+    ));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut lines = Vec::new();
+    for file in files {
+        for line in std::fs::read_to_string(&file).unwrap_or_default().lines() {
+            let mut parts = line.splitn(4, ' ');
+            let (Some(time), Some(stream), Some(tag), text) = (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                panic!("{}: not a CRI log line: {line:?}", file.display());
+            };
+            assert!(
+                chrono_like(time) && (stream == "stdout" || stream == "stderr") && (tag == "F" || tag == "P"),
+                "{}: not a CRI log line: {line:?}",
+                file.display()
+            );
+            lines.push((stream.to_string(), text.unwrap_or_default().to_string()));
+        }
+    }
+    lines
+}
+
+/// An RFC 3339 timestamp with nanoseconds, as the CRI log format has.
+fn chrono_like(time: &str) -> bool {
+    time.len() >= 20 && time.as_bytes()[4] == b'-' && time.as_bytes()[10] == b'T' && time.contains(':')
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_runs_ready_and_its_containers_share_the_network() {
+    let Some(node) = Node::start("ready", json!({})) else {
+        return;
+    };
+    let written = Instant::now();
+    let name = node.apply(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [
+            {"name": "httpd", "image": HTTPD,
+             "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}},
+            {"name": "client", "image": BUSYBOX, "command": ["sh", "-c",
+                "until wget -q -O /tmp/page http://127.0.0.1:80/; do sleep 0.2; done; echo fetched over loopback; sleep 3600"]},
+        ]},
+    }));
+    let pod = node.wait_ready(&name, START).await;
+    common::kubelet::figure(&format!("manifest → Ready: {:?}", written.elapsed()));
+
+    // The kubelet's containers are scute's, running, in one network namespace with pause.
+    let mut pids = Vec::new();
+    for container in ["httpd", "client"] {
+        let status = container_status(&pod, container);
+        assert_eq!(status["ready"], true, "{container}: {status:#}");
+        assert!(status["state"]["running"].is_object(), "{container}: {status:#}");
+        assert_eq!(status["image"], if container == "httpd" { HTTPD } else { BUSYBOX });
+        let (cri, pid) = cri_container(&node, &container_id(&status)).await;
+        assert_eq!(cri.state, api::ContainerState::ContainerRunning as i32, "{container}");
+        assert!(pid > 0 && common::alive(pid), "{container}: pid {pid} not running");
+        pids.push(pid);
+    }
+    assert_eq!(ns_inode(pids[0], "net"), ns_inode(pids[1], "net"));
+    assert_ne!(
+        ns_inode(pids[0], "net"),
+        ns_inode(std::process::id() as i32, "net"),
+        "the pod is not on the host network"
+    );
+
+    // The pod IP the kubelet reports is the one scute's CNI network gave the sandbox.
+    let mut runtime = node.daemon.runtime().await;
+    let sandboxes = runtime
+        .list_pod_sandbox(api::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:#?}");
+    let sandbox = runtime
+        .pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: sandboxes[0].id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    let ip = sandbox.network.unwrap().ip;
+    assert!(!ip.is_empty());
+    assert_eq!(pod["status"]["podIP"], ip.as_str());
+
+    // The client reached httpd on 127.0.0.1: its log line, in CRI format in the kubelet's dir.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log_lines(&node, &pod, "client").contains(&("stdout".into(), "fetched over loopback".into())) {
+        assert!(
+            Instant::now() < deadline,
+            "client log: {:?}",
+            log_lines(&node, &pod, "client")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The restart count and the last termination's exit code of a container, from the kubelet.
+fn restarts(pod: &Value, container: &str) -> i64 {
+    container_status(pod, container)["restartCount"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_policies_always_on_failure_never() {
+    let Some(node) = Node::start("restarts", json!({})) else {
+        return;
+    };
+    let exiting = |name: &str, policy: &str, code: i32| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {"restartPolicy": policy, "containers": [
+                {"name": "main", "image": BUSYBOX, "command": ["sh", "-c", format!("echo attempt; exit {code}")]},
+            ]},
+        })
+    };
+    let always = node.apply(exiting("always", "Always", 1));
+    let done = node.apply(exiting("onfailure", "OnFailure", 0));
+    let failed = node.apply(exiting("never", "Never", 3));
+
+    // Never: Failed with the exit code scute reported, not restarted. (The kubelet removes a
+    // terminated pod's containers at once, so scute's own record may already be gone.)
+    let pod = node.wait_phase(&failed, "Failed", START).await;
+    let status = container_status(&pod, "main");
+    assert_eq!(status["state"]["terminated"]["exitCode"], 3, "{status:#}");
+    assert_eq!(restarts(&pod, "main"), 0);
+
+    // OnFailure with exit 0: Succeeded, never restarted.
+    let pod = node.wait_phase(&done, "Succeeded", START).await;
+    assert_eq!(container_status(&pod, "main")["state"]["terminated"]["exitCode"], 0);
+    assert_eq!(restarts(&pod, "main"), 0);
+
+    // Always: restarted after each exit; each attempt is a new scute container.
+    let pod = node
+        .wait_for(&always, "restarted", START, |p| restarts(p, "main") >= 1)
+        .await;
+    let status = container_status(&pod, "main");
+    assert_eq!(status["lastState"]["terminated"]["exitCode"], 1, "{status:#}");
+    let last = container_id(&status["lastState"]["terminated"]);
+    let (cri, _) = cri_container(&node, &last).await;
+    assert_eq!(
+        (cri.state, cri.exit_code),
+        (api::ContainerState::ContainerExited as i32, 1)
+    );
+    assert_eq!(cri.metadata.unwrap().attempt, 0);
+    let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let attempts = node
+        .daemon
+        .runtime()
+        .await
+        .list_containers(api::ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers
+        .into_iter()
+        .filter(|c| c.labels.get("io.kubernetes.pod.uid") == Some(&pod_uid))
+        .count();
+    assert!(attempts >= 2, "scute holds {attempts} containers of the restarted pod");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_drive_restarts_and_readiness() {
+    let Some(node) = Node::start("probes", json!({})) else {
+        return;
+    };
+    // Liveness (exec): alive while /tmp/alive exists; it is removed after 3 s.
+    let liveness = node.apply(json!({
+        "metadata": {"name": "liveness"},
+        "spec": {"containers": [{"name": "main", "image": BUSYBOX,
+            "command": ["sh", "-c", "touch /tmp/alive; sleep 3; rm /tmp/alive; sleep 3600"],
+            "livenessProbe": {"exec": {"command": ["cat", "/tmp/alive"]}, "periodSeconds": 1, "failureThreshold": 1},
+        }]},
+    }));
+    // Startup (tcpSocket) then readiness (httpGet) on httpd; a readiness probe that never passes.
+    let web = node.apply(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [
+            {"name": "httpd", "image": HTTPD,
+             "startupProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1, "failureThreshold": 30},
+             "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}},
+            {"name": "never-ready", "image": BUSYBOX, "command": ["sleep", "3600"],
+             "readinessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1}},
+        ]},
+    }));
+
+    let pod = node
+        .wait_for(&web, "httpd started and ready", START, |p| {
+            let httpd = container_status(p, "httpd");
+            httpd["started"] == true && httpd["ready"] == true
+        })
+        .await;
+    let never = container_status(&pod, "never-ready");
+    assert_eq!(never["ready"], false, "{never:#}");
+    assert!(never["state"]["running"].is_object(), "{never:#}");
+    assert!(
+        !common::kubelet::condition(&pod, "Ready"),
+        "a pod with an unready container is not Ready"
+    );
+
+    // The liveness failure restarted the container: a new scute container, the old one killed.
+    let pod = node
+        .wait_for(&liveness, "restarted by its liveness probe", START, |p| {
+            restarts(p, "main") >= 1
+        })
+        .await;
+    let status = container_status(&pod, "main");
+    let killed = container_id(&status["lastState"]["terminated"]);
+    assert_ne!(killed, container_id(&status));
+    let (cri, _) = cri_container(&node, &killed).await;
+    assert_eq!(cri.state, api::ContainerState::ContainerExited as i32);
+    assert_eq!(cri.exit_code, 137, "killed by SIGKILL after SIGTERM: {cri:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_in_order_and_volumes_are_shared() {
+    let Some(node) = Node::start("init", json!({})) else {
+        return;
+    };
+    let host_dir = tempfile::tempdir().unwrap();
+    std::fs::write(host_dir.path().join("note"), "from the host\n").unwrap();
+    let name = node.apply(json!({
+        "metadata": {"name": "init"},
+        "spec": {
+            "initContainers": [
+                {"name": "first", "image": BUSYBOX, "command": ["sh", "-c", "echo first >> /work/order; echo secret > /mem/token"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "mem", "mountPath": "/mem"}]},
+                {"name": "second", "image": BUSYBOX, "command": ["sh", "-c", "echo second >> /work/order"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+            ],
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c",
+                "cat /work/order /mem/token /host/note; touch /host/x 2>/dev/null && echo host writable || echo host read-only; sleep 3600"],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "mem", "mountPath": "/mem"},
+                                 {"name": "host", "mountPath": "/host", "readOnly": true}]}],
+            "volumes": [
+                {"name": "work", "emptyDir": {}},
+                {"name": "mem", "emptyDir": {"medium": "Memory"}},
+                {"name": "host", "hostPath": {"path": host_dir.path(), "type": "Directory"}},
+            ],
+        },
+    }));
+    let pod = node.wait_phase(&name, "Running", START).await;
+    for init in ["first", "second"] {
+        let status = container_status(&pod, init);
+        assert_eq!(status["state"]["terminated"]["exitCode"], 0, "{init}: {status:#}");
+    }
+    let first_done = container_status(&pod, "first")["state"]["terminated"]["finishedAt"].clone();
+    let second_started = container_status(&pod, "second")["state"]["terminated"]["startedAt"].clone();
+    assert!(
+        first_done.as_str() <= second_started.as_str(),
+        "{first_done} / {second_started}"
+    );
+
+    let expected = ["first", "second", "secret", "from the host", "host read-only"];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines: Vec<String> = log_lines(&node, &pod, "main").into_iter().map(|(_, l)| l).collect();
+        if lines == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "main's log: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!host_dir.path().join("x").exists());
+
+    // On the host: the Memory emptyDir is a tmpfs in the container's mount namespace.
+    let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let mem = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/mem"))
+        .unwrap_or_else(|| panic!("no /mem mount:\n{mounts}"));
+    assert!(mem.contains(" - tmpfs "), "{mem}");
+    let host = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/host"))
+        .unwrap_or_else(|| panic!("no /host mount:\n{mounts}"));
+    assert!(
+        host.split_whitespace().nth(5).unwrap().split(',').any(|o| o == "ro"),
+        "{host}"
+    );
+}
+
+/// A value from the cgroup of a process (v1: the controller's hierarchy; v2: the unified one).
+fn cgroup_value(pid: i32, controller: &str, file: &str) -> String {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroups.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == controller)
+            .then(|| path.to_string())
+    });
+    let full = match path {
+        Some(path) => format!("/sys/fs/cgroup/{controller}{path}/{file}"),
+        None => {
+            let path = cgroups.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+            format!("/sys/fs/cgroup{path}/{file}")
+        }
+    };
+    std::fs::read_to_string(&full)
+        .unwrap_or_else(|e| panic!("{full}: {e}"))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
+    let Some(node) = Node::start("resources", json!({})) else {
+        return;
+    };
+    let resources = |requests: Value, limits: Value| json!({"requests": requests, "limits": limits});
+    let sleeper = |name: &str, resources: Value| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"], "resources": resources}]},
+        })
+    };
+    let guaranteed = node.apply(sleeper(
+        "guaranteed",
+        resources(
+            json!({"cpu": "250m", "memory": "64Mi"}),
+            json!({"cpu": "250m", "memory": "64Mi"}),
+        ),
+    ));
+    let burstable = node.apply(sleeper(
+        "burstable",
+        resources(json!({"cpu": "100m", "memory": "32Mi"}), json!({"memory": "96Mi"})),
+    ));
+    let best_effort = node.apply(sleeper("besteffort", json!({})));
+    let oom = node.apply(json!({
+        "metadata": {"name": "oom"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": BUSYBOX,
+            // tail buffers a line that never ends: it grows until the limit.
+            "command": ["tail", "/dev/zero"],
+            "resources": {"limits": {"memory": "32Mi"}}}]},
+    }));
+
+    // (pod, QoS class, its cgroup under cgroupRoot, cpu.shares, cfs quota, memory limit)
+    let cases = [
+        (
+            &guaranteed,
+            "Guaranteed",
+            "kubepods/pod",
+            "256",
+            "25000",
+            (64u64 << 20).to_string(),
+        ),
+        (
+            &burstable,
+            "Burstable",
+            "kubepods/burstable/pod",
+            "102",
+            "-1",
+            (96u64 << 20).to_string(),
+        ),
+        (
+            &best_effort,
+            "BestEffort",
+            "kubepods/besteffort/pod",
+            "2",
+            "-1",
+            "9223372036854771712".to_string(),
+        ),
+    ];
+    for (name, class, parent, shares, quota, memory) in cases {
+        let pod = node.wait_phase(name, "Running", START).await;
+        assert_eq!(pod["status"]["qosClass"], class, "{name}");
+        let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let uid = pod["metadata"]["uid"].as_str().unwrap();
+        let pod_cgroup = format!("{}/{parent}{uid}/", node.cgroup_root);
+        assert!(
+            cgroups
+                .lines()
+                .filter(|l| l.contains(":memory:") || l.contains(":pids:"))
+                .all(|l| l.contains(&pod_cgroup)),
+            "{name}: the container is not in {pod_cgroup}:\n{cgroups}"
+        );
+        if cgroups.contains(":memory:") {
+            assert_eq!(cgroup_value(pid, "cpu", "cpu.shares"), shares, "{name}");
+            assert_eq!(cgroup_value(pid, "cpu", "cpu.cfs_quota_us"), quota, "{name}");
+            assert_eq!(cgroup_value(pid, "memory", "memory.limit_in_bytes"), memory, "{name}");
+        } else {
+            // cgroup v2: weight and max instead.
+            let max = cgroup_value(pid, "", "memory.max");
+            assert_eq!(
+                max,
+                if class == "BestEffort" {
+                    "max".to_string()
+                } else {
+                    memory
+                },
+                "{name}"
+            );
+        }
+    }
+
+    let pod = node.wait_phase(&oom, "Failed", START).await;
+    let terminated = &container_status(&pod, "main")["state"]["terminated"];
+    assert_eq!(terminated["reason"], "OOMKilled", "{terminated:#}");
+    assert_eq!(terminated["exitCode"], 137, "{terminated:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_termination_runs_hooks_then_sigterm_then_sigkill() {
+    let Some(node) = Node::start("termination", json!({})) else {
+        return;
+    };
+    let hooks = tempfile::tempdir().unwrap();
+    const GRACE: u64 = 4;
+    let name = node.apply(json!({
+        "metadata": {"name": "graceful"},
+        "spec": {
+            "terminationGracePeriodSeconds": GRACE,
+            "containers": [
+                {"name": "polite", "image": BUSYBOX,
+                 "command": ["sh", "-c", "trap 'echo TERM > /hooks/polite-term; exit 0' TERM; while true; do sleep 0.1; done"],
+                 "lifecycle": {
+                    "postStart": {"exec": {"command": ["sh", "-c", "echo started > /hooks/poststart"]}},
+                    "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /hooks/prestop"]}},
+                 },
+                 "volumeMounts": [{"name": "hooks", "mountPath": "/hooks"}]},
+                {"name": "stubborn", "image": BUSYBOX,
+                 "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]},
+            ],
+            "volumes": [{"name": "hooks", "hostPath": {"path": hooks.path(), "type": "Directory"}}],
+        },
+    }));
+    let pod = node.wait_phase(&name, "Running", START).await;
+    assert_eq!(
+        std::fs::read_to_string(hooks.path().join("poststart")).unwrap(),
+        "started\n"
+    );
+    let (_, polite) = cri_container(&node, &container_id(&container_status(&pod, "polite"))).await;
+    let (_, stubborn) = cri_container(&node, &container_id(&container_status(&pod, "stubborn"))).await;
+
+    let deleted = Instant::now();
+    node.delete("graceful");
+    let mut polite_gone = None;
+    while common::alive(stubborn) {
+        if polite_gone.is_none() && !common::alive(polite) {
+            polite_gone = Some(deleted.elapsed());
+        }
+        assert!(
+            deleted.elapsed() < Duration::from_secs(GRACE + 20),
+            "the stubborn container outlived its grace period"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stubborn_gone = deleted.elapsed();
+    let polite_gone = polite_gone.unwrap_or(stubborn_gone);
+    common::kubelet::figure(&format!("SIGTERM-handling container gone after {polite_gone:?}, SIGTERM-ignoring one after {stubborn_gone:?} (grace {GRACE} s)"));
+    assert_eq!(
+        std::fs::read_to_string(hooks.path().join("prestop")).unwrap(),
+        "stopping\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(hooks.path().join("polite-term")).unwrap(),
+        "TERM\n"
+    );
+    assert!(
+        polite_gone < Duration::from_secs(GRACE),
+        "the polite container ran past SIGTERM: {polite_gone:?}"
+    );
+    // Killed at the end of the grace period, counted from the kubelet noticing the deletion.
+    assert!(
+        stubborn_gone >= Duration::from_secs(GRACE) - Duration::from_millis(500)
+            && stubborn_gone <= Duration::from_secs(GRACE + 2),
+        "SIGKILL after {stubborn_gone:?}, grace {GRACE} s"
+    );
+}
+
+/// The container and sandbox IDs scute holds.
+async fn cri_ids(node: &Node) -> (Vec<String>, Vec<String>) {
+    let mut runtime = node.daemon.runtime().await;
+    let mut sandboxes: Vec<String> = runtime
+        .list_pod_sandbox(api::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    let mut containers: Vec<String> = runtime
+        .list_containers(api::ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    sandboxes.sort();
+    containers.sort();
+    (sandboxes, containers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_survive_kubelet_and_scute_restarts() {
+    let Some(mut node) = Node::start("restarts-of-both", json!({})) else {
+        return;
+    };
+    let name = node.apply(json!({
+        "metadata": {"name": "steady"},
+        "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+            "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}]},
+    }));
+    let pod = node.wait_ready(&name, START).await;
+    let id = container_id(&container_status(&pod, "main"));
+    let (_, pid) = cri_container(&node, &id).await;
+    let before = cri_ids(&node).await;
+
+    node.restart_kubelet();
+    let pod = node.wait_ready(&name, START).await;
+    // A few sync loops under the new kubelet.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(container_id(&container_status(&pod, "main")), id);
+    assert_eq!(restarts(&pod, "main"), 0);
+    assert_eq!(
+        cri_ids(&node).await,
+        before,
+        "the restarted kubelet made or removed pods/containers"
+    );
+    assert!(common::alive(pid));
+
+    node.daemon.restart();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let pod = node.wait_ready(&name, START).await;
+    assert_eq!(container_id(&container_status(&pod, "main")), id);
+    assert_eq!(restarts(&pod, "main"), 0);
+    assert_eq!(
+        cri_ids(&node).await,
+        before,
+        "the kubelet made or removed pods/containers after scute restarted"
+    );
+    assert!(common::alive(pid), "scute's restart touched the container");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_evented_pleg_sees_starts_and_exits() {
+    // With EventedPLEG the kubelet relists only every 5 minutes: what it sees in time it saw
+    // through scute's GetContainerEvents.
+    let Some(node) = Node::start("evented-pleg", json!({"featureGates": {"EventedPLEG": true}})) else {
+        return;
+    };
+    let name = node.apply(json!({
+        "metadata": {"name": "crashing"},
+        "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", "sleep 2; exit 7"]}]},
+    }));
+    let pod = node
+        .wait_for(&name, "restarted after its exit", START, |p| restarts(p, "main") >= 1)
+        .await;
+    let status = container_status(&pod, "main");
+    assert_eq!(status["lastState"]["terminated"]["exitCode"], 7, "{status:#}");
+    // It falls back to relisting (and logs this) when the event stream fails.
+    assert!(
+        !node
+            .kubelet_log()
+            .contains("Evented PLEG: Failed to get container events"),
+        "the kubelet's event stream from scute failed"
+    );
+}
+
+/// A number of a pod's container in `/stats/summary`.
+fn summary_value(summary: &Value, pod: &str, path: &[&str]) -> u64 {
+    let pod = summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["podRef"]["name"] == pod)
+        .unwrap_or_else(|| panic!("{pod} not in /stats/summary: {summary:#}"));
+    let container = pod["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "main")
+        .unwrap_or_else(|| panic!("no container main: {pod:#}"));
+    let mut value = container;
+    for key in path {
+        value = &value[key];
+    }
+    value
+        .as_u64()
+        .unwrap_or_else(|| panic!("{path:?} missing: {container:#}"))
+}
+
+/// Whether `a` and `b` differ by at most 10 % of the larger.
+fn close(a: u64, b: u64) -> bool {
+    a.abs_diff(b) * 10 <= a.max(b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_summary_agrees_with_the_cgroups() {
+    for from_cri in [false, true] {
+        let gates = json!({"featureGates": {"PodAndContainerStatsFromCRI": from_cri}});
+        let Some(node) = Node::start("stats", gates) else {
+            return;
+        };
+        let name = node.apply(json!({
+            "metadata": {"name": "busy"},
+            "spec": {"containers": [{"name": "main", "image": BUSYBOX,
+                // 16 MB held in a shell variable, and half a core burnt.
+                "command": ["sh", "-c", "x=$(head -c 16000000 /dev/zero | tr '\\0' a); while :; do :; done"],
+                "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}}}]},
+        }));
+        let pod = node.wait_phase(&name, "Running", START).await;
+        let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
+        // Until the variable is filled and some CPU time is counted.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+
+        let summary = node.stats_summary().await;
+        let cpu = summary_value(&summary, &name, &["cpu", "usageCoreNanoSeconds"]);
+        let working_set = summary_value(&summary, &name, &["memory", "workingSetBytes"]);
+        let (host_cpu, host_working_set) = if std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap()
+            .contains(":memory:")
+        {
+            let usage: u64 = cgroup_value(pid, "memory", "memory.usage_in_bytes").parse().unwrap();
+            let stat = cgroup_value(pid, "memory", "memory.stat");
+            let inactive: u64 = stat
+                .lines()
+                .find_map(|l| l.strip_prefix("total_inactive_file "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            (
+                cgroup_value(pid, "cpuacct", "cpuacct.usage").parse::<u64>().unwrap(),
+                usage.saturating_sub(inactive),
+            )
+        } else {
+            let stat = cgroup_value(pid, "", "cpu.stat");
+            let usec: u64 = stat
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let usage: u64 = cgroup_value(pid, "", "memory.current").parse().unwrap();
+            let memory_stat = cgroup_value(pid, "", "memory.stat");
+            let inactive: u64 = memory_stat
+                .lines()
+                .find_map(|l| l.strip_prefix("inactive_file "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            (usec * 1000, usage.saturating_sub(inactive))
+        };
+        common::kubelet::figure(&format!(
+            "/stats/summary with PodAndContainerStatsFromCRI={from_cri}: cpu {cpu} ns (cgroup {host_cpu}), working set {working_set} B (cgroup {host_working_set})"
+        ));
+        assert!(
+            working_set > 16_000_000,
+            "working set {working_set} B: the 16 MB are not counted"
+        );
+        assert!(close(cpu, host_cpu), "cpu: kubelet {cpu} ns, cgroup {host_cpu} ns");
+        assert!(
+            close(working_set, host_working_set),
+            "working set: kubelet {working_set} B, cgroup {host_working_set} B"
+        );
+    }
+}
+
+/// The median of `values`.
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn figures_manifest_to_running() {
+    let Some(node) = Node::start("figures", json!({})) else {
+        return;
+    };
+    let sleeper = |name: String| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
+        })
+    };
+    let mut one_by_one = Vec::new();
+    for i in 0..10 {
+        let written = Instant::now();
+        let name = node.apply(sleeper(format!("one-{i}")));
+        node.wait_phase(&name, "Running", START).await;
+        one_by_one.push(written.elapsed());
+    }
+    let written = Instant::now();
+    let names: Vec<String> = (0..30).map(|i| node.apply(sleeper(format!("many-{i}")))).collect();
+    for name in &names {
+        node.wait_phase(name, "Running", Duration::from_secs(300)).await;
+    }
+    let all = written.elapsed();
+    common::kubelet::figure(&format!(
+        "manifest → Running, median of 10 pods one at a time: {:?}; 30 pods written at once all Running after {all:?}",
+        median(one_by_one)
+    ));
+    // 40 pods run on scute, each with pause and one container.
+    let (sandboxes, containers) = cri_ids(&node).await;
+    assert_eq!((sandboxes.len(), containers.len()), (40, 40));
+}
