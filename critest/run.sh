@@ -4,9 +4,11 @@
 #   critest/run.sh [extra critest flags...]        (as root)
 #
 # critest is in no package registry; build it from cri-tools yourself and put it on PATH (with
-# crictl, used to remove the pods a failed spec leaves behind). Without critest this script says
-# so and exits 0. With it, the script
-#   1. builds scute and scute-shim (release),
+# crictl, used to remove the pods a failed spec leaves behind; ../shared/tools/install.sh unpacks
+# both where there is a ../shared). Without critest this script says so and exits 0. With it,
+# the script
+#   1. builds scute and scute-shim (release; SCUTE_PROFILE=debug uses the debug build, which
+#      hack/test.sh has just built and tested, and saves a release build in CI),
 #   2. starts a registry on a free loopback port (hack/registry.sh) and fills it with every
 #      image critest pulls (images/build.sh),
 #   3. writes mirrors sending registry.k8s.io, docker.io, gcr.io, k8s.gcr.io, public.ecr.aws
@@ -110,8 +112,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-log "building scute and scute-shim (release)"
-(cd "$repo_root" && cargo build --release --locked -p scute -p scute-shim)
+profile=${SCUTE_PROFILE:-release}
+case $profile in
+release) build_flags=(--release) ;;
+debug) build_flags=() ;;
+*) die "SCUTE_PROFILE must be release or debug, not $profile" ;;
+esac
+log "building scute and scute-shim ($profile)"
+(cd "$repo_root" && cargo build "${build_flags[@]}" --locked -p scute -p scute-shim)
 
 # A free loopback port for the registry: random picks until one starts (registry.sh refuses
 # a port something answers on, and fails when docker-registry cannot bind).
@@ -149,7 +157,7 @@ config_path = "$certs"
 EOF
 
 log "starting scute"
-"$repo_root/target/release/scute" serve --config "$work/config.toml" </dev/null >"$work/scute.log" 2>&1 &
+"$target_dir/$profile/scute" serve --config "$work/config.toml" </dev/null >"$work/scute.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 200); do
 	[[ -S $work/run/scute.sock ]] && break

@@ -1,23 +1,59 @@
 #!/usr/bin/env bash
 # Everything CI runs (.ci/run calls this). Needs root; installs its system packages itself.
 #
-#   hack/test.sh            lint, unit tests, integration tests, image kit end to end
+#   hack/test.sh            lint, unit tests, integration tests (with the kubelet suite),
+#                           image kit end to end, critest
 #
 # Integration tests start their own daemons and registries in temp dirs and remove them.
+# crictl, critest and kubelet come from ../shared/tools (no registry has them): installed with
+# its install.sh when it is beside the checkout; without it the kubelet suite and critest are
+# skipped, and this says so. Each step's wall time is printed at the end.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Step timings: "name seconds" lines, printed at exit (also when a step fails).
+timings=()
+step_name=""
+step_start=$SECONDS
+step() {
+	end_step
+	step_name=$*
+	step_start=$SECONDS
+	printf '\n==> %s\n' "$*" >&2
+}
+end_step() {
+	[[ -n $step_name ]] && timings+=("$(printf '%6ds  %s' $((SECONDS - step_start)) "$step_name")")
+	step_name=""
+}
+print_timings() {
+	end_step
+	printf '\n==> where the time went\n' >&2
+	printf '%s\n' "${timings[@]}" >&2
+	printf '%6ds  total\n' "$SECONDS" >&2
+}
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "test.sh: must run as root (namespaces, mounts, cgroups, registries)" >&2
 	exit 1
 fi
 
+trap print_timings EXIT
+
 step "system packages"
 hack/setup.sh
+
+step "field tools: crictl, critest, kubelet (../shared/tools)"
+shared_tools=$repo_root/../shared/tools
+if [[ -x $shared_tools/install.sh ]]; then
+	tools_dir=$("$shared_tools/install.sh")
+	export SCUTE_TEST_TOOLS=$tools_dir PATH=$tools_dir:$PATH
+	echo "test.sh: $(kubelet --version), $(crictl --version), critest from $tools_dir" >&2
+else
+	echo "test.sh: $shared_tools not found: the kubelet suite and critest are SKIPPED" \
+		"(they need crictl, critest and kubelet, which no package registry has)" >&2
+fi
 
 step "format and lint"
 # rustfmt and clippy ship with the machine's rustup toolchain; nothing can fetch them offline.
@@ -42,7 +78,7 @@ cleanup() {
 	hack/registry.sh stop --dir "$registry_dir" >/dev/null 2>&1 || true
 	rm -rf "$registry_dir"
 }
-trap cleanup EXIT
+trap 'cleanup; print_timings' EXIT
 # A free loopback port, so a developer's registry on :5000 is left alone.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 hack/registry.sh start --addr "127.0.0.1:$port" --dir "$registry_dir" >/dev/null
@@ -55,9 +91,10 @@ for repo in pause e2e-test-images/busybox e2e-test-images/httpd e2e-test-images/
 	grep -q "\"$repo\"" <<<"$catalog" || { echo "test.sh: $repo missing from registry catalog: $catalog" >&2; exit 1; }
 done
 cleanup
-trap - EXIT
+trap print_timings EXIT
 
-step "CRI conformance: critest (when it is on PATH; it is in no package registry)"
-critest/run.sh
+step "CRI conformance: critest"
+# The debug build cargo test just built and tested (a release build would add minutes).
+SCUTE_PROFILE=debug critest/run.sh
 
 step "all tests passed"

@@ -756,3 +756,256 @@ async fn figures_manifest_to_running() {
     let (sandboxes, containers) = cri_ids(&node).await;
     assert_eq!((sandboxes.len(), containers.len()), (40, 40));
 }
+
+/// Every line of a container's logs in order: rotated files (plain or gzipped, by their
+/// timestamp suffix) first, then the current one. Texts only.
+fn all_log_texts(dir: &std::path::Path) -> (Vec<String>, usize) {
+    use std::io::Read;
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+    // "0.log" is the current file; "0.log.<timestamp>[.gz]" are rotated ones.
+    files.sort_by_key(|p| {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        (name.ends_with(".log"), name.trim_end_matches(".gz").to_string())
+    });
+    let mut texts = Vec::new();
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        let text = if file.extension().is_some_and(|e| e == "gz") {
+            let mut out = String::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_string(&mut out)
+                .unwrap();
+            out
+        } else {
+            String::from_utf8(bytes).unwrap()
+        };
+        texts.extend(
+            text.lines()
+                .map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default().to_string()),
+        );
+    }
+    (texts, files.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_rotate_without_losing_a_line() {
+    let config = json!({
+        "containerLogMaxSize": "2Ki",
+        "containerLogMaxFiles": 100,
+        "containerLogMonitorInterval": "3s",
+    });
+    let Some(node) = Node::start("logs", config) else {
+        return;
+    };
+    const LINES: usize = 1500;
+    let name = node.apply(json!({
+        "metadata": {"name": "chatty"},
+        "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c",
+            format!("i=0; while [ $i -lt {LINES} ]; do echo line-$i; i=$((i+1)); usleep 10000; done; echo done; sleep 3600")]}]},
+    }));
+    let pod = node.wait_phase(&name, "Running", START).await;
+    let dir = node.pod_logs_dir().join(format!(
+        "{}_{}_{}/main",
+        node.namespace,
+        name,
+        pod["metadata"]["uid"].as_str().unwrap()
+    ));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (texts, files) = loop {
+        let (texts, files) = all_log_texts(&dir);
+        if texts.last().is_some_and(|l| l == "done") {
+            break (texts, files);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 'done' after 180 s; {} lines in {files} files",
+            texts.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let expected: Vec<String> = (0..LINES)
+        .map(|i| format!("line-{i}"))
+        .chain(["done".to_string()])
+        .collect();
+    assert!(files >= 3, "the kubelet rotated {} times", files - 1);
+    assert_eq!(texts, expected, "lines lost or repeated across {files} files");
+    common::kubelet::figure(&format!("{LINES} log lines across {files} files, none lost"));
+}
+
+/// How many times scute pulled `image` (its "image pulled" log line).
+fn pulls(node: &Node, image: &str) -> usize {
+    node.daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("image pulled") && l.contains(image))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_policies() {
+    let Some(node) = Node::start("pull-policies", json!({})) else {
+        return;
+    };
+    let sleeper = |name: &str, image: &str, policy: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": image, "imagePullPolicy": policy, "command": ["sleep", "3600"]}]},
+        })
+    };
+    // Never, and the image is not there: the kubelet's ErrImageNeverPull, no pull.
+    let never = node.apply(sleeper("never", HTTPD, "Never"));
+    let pod = node
+        .wait_for(&never, "waiting on ErrImageNeverPull", START, |p| {
+            container_status(p, "main")["state"]["waiting"]["reason"] == "ErrImageNeverPull"
+        })
+        .await;
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(pulls(&node, HTTPD), 0);
+
+    // IfNotPresent pulls once through the mirrors; a second pod does not pull again.
+    let first = node.apply(sleeper("first", BUSYBOX, "IfNotPresent"));
+    node.wait_phase(&first, "Running", START).await;
+    assert_eq!(pulls(&node, BUSYBOX), 1);
+    let second = node.apply(sleeper("second", BUSYBOX, "IfNotPresent"));
+    node.wait_phase(&second, "Running", START).await;
+    assert_eq!(pulls(&node, BUSYBOX), 1);
+
+    // Always pulls again, although the image is there.
+    let always = node.apply(sleeper("always", BUSYBOX, "Always"));
+    node.wait_phase(&always, "Running", START).await;
+    assert_eq!(pulls(&node, BUSYBOX), 2);
+}
+
+/// A field of /proc/<pid>/status.
+fn proc_status(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_contexts_reach_the_processes() {
+    let Some(node) = Node::start("security", json!({})) else {
+        return;
+    };
+    let name = node.apply(json!({
+        "metadata": {"name": "secure"},
+        "spec": {
+            "securityContext": {"supplementalGroups": [3456], "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "80"}]},
+            "containers": [
+                {"name": "ids", "image": BUSYBOX, "command": ["sleep", "3600"],
+                 "securityContext": {"runAsUser": 1234, "runAsGroup": 2345}},
+                {"name": "readonly", "image": BUSYBOX, "command": ["sh", "-c",
+                    "touch /x 2>/dev/null && echo writable || echo read-only; cat /proc/sys/net/ipv4/ip_unprivileged_port_start; sleep 3600"],
+                 "securityContext": {"readOnlyRootFilesystem": true}},
+                {"name": "caps", "image": BUSYBOX, "command": ["sleep", "3600"],
+                 "securityContext": {"capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+                                     "seccompProfile": {"type": "RuntimeDefault"}}},
+            ],
+        },
+    }));
+    let nonroot = node.apply(json!({
+        "metadata": {"name": "nonroot"},
+        "spec": {"securityContext": {"runAsNonRoot": true},
+                 "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
+    }));
+    let hostnet = node.apply(json!({
+        "metadata": {"name": "hostnet"},
+        "spec": {"hostNetwork": true, "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
+    }));
+    let userns = node.apply(json!({
+        "metadata": {"name": "userns"},
+        "spec": {"hostUsers": false, "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
+    }));
+
+    let pod = node.wait_phase(&name, "Running", START).await;
+    let pid = |pod: &Value, container: &str| {
+        let id = container_id(&container_status(pod, container));
+        let node = &node;
+        async move { cri_container(node, &id).await.1 }
+    };
+    let ids = pid(&pod, "ids").await;
+    assert_eq!(proc_status(ids, "Uid"), "1234 1234 1234 1234");
+    assert_eq!(proc_status(ids, "Gid"), "2345 2345 2345 2345");
+    assert!(
+        proc_status(ids, "Groups").split(' ').any(|g| g == "3456"),
+        "{}",
+        proc_status(ids, "Groups")
+    );
+    let caps = pid(&pod, "caps").await;
+    assert_eq!(
+        proc_status(caps, "CapEff"),
+        format!("{:016x}", 1u64 << 12),
+        "NET_ADMIN only"
+    );
+    assert_eq!(proc_status(caps, "Seccomp"), "2", "RuntimeDefault is a seccomp filter");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines: Vec<String> = log_lines(&node, &pod, "readonly").into_iter().map(|(_, l)| l).collect();
+        if lines.len() >= 2 {
+            assert_eq!(lines, ["read-only", "80"]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "readonly's log: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // runAsNonRoot with an image that runs as root: the kubelet refuses it (from ImageStatus's uid).
+    let pod = node
+        .wait_for(&nonroot, "refused to run as root", START, |p| {
+            container_status(p, "main")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+        })
+        .await;
+    let message = container_status(&pod, "main")["state"]["waiting"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap_or_default()
+            .contains("runAsNonRoot and image will run as root"),
+        "{message}"
+    );
+
+    let pod = node.wait_phase(&hostnet, "Running", START).await;
+    let main = pid(&pod, "main").await;
+    assert_eq!(ns_inode(main, "net"), ns_inode(std::process::id() as i32, "net"));
+
+    // hostUsers: false — root in the container is an unprivileged id on the host.
+    let pod = node.wait_phase(&userns, "Running", START).await;
+    let main = pid(&pod, "main").await;
+    let uid_map = std::fs::read_to_string(format!("/proc/{main}/uid_map")).unwrap();
+    let fields: Vec<u64> = uid_map.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    assert_eq!(fields.len(), 3, "{uid_map}");
+    assert_eq!(fields[0], 0);
+    assert!(fields[1] >= 65536, "container root is host uid {}", fields[1]);
+    assert_eq!(
+        proc_status(main, "Uid").split(' ').next(),
+        Some(fields[1].to_string().as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_status_image_is_the_manifests_image() {
+    // Issue 22: the kubelet copies ContainerStatus.image into containerStatuses[].image.
+    let Some(node) = Node::start("image-names", json!({})) else {
+        return;
+    };
+    let other = "docker.io/library/busybox:1.36";
+    for (pod_name, image) in [("first", BUSYBOX), ("second", other)] {
+        let name = node.apply(json!({
+            "metadata": {"name": pod_name},
+            "spec": {"containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}]},
+        }));
+        let pod = node.wait_phase(&name, "Running", START).await;
+        let status = container_status(&pod, "main");
+        assert_eq!(status["image"], image, "{status:#}");
+        assert!(
+            status["imageID"].as_str().unwrap_or_default().contains("sha256:"),
+            "{status:#}"
+        );
+    }
+}

@@ -178,7 +178,18 @@ impl Node {
             .append(true)
             .open(self.kubelet_log_path())
             .unwrap();
-        let child = Command::new(&self.kubelet_bin)
+        let mut command = Command::new(&self.kubelet_bin);
+        // A test process that dies (or a drop that never runs) takes its kubelet with it.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .arg("--config")
             .arg(dir.join("config.json"))
             .arg("--root-dir")
