@@ -185,21 +185,16 @@ async fn restart_policies_always_on_failure_never() {
     assert_eq!(container_status(&pod, "main")["state"]["terminated"]["exitCode"], 0);
     assert_eq!(restarts(&pod, "main"), 0);
 
-    // Always: restarted after each exit; each attempt is a new scute container.
+    // Always: restarted after each exit; each attempt is a new scute container. (The kubelet
+    // removes all but the newest exited attempt, so the one lastState names may be gone.)
     let pod = node
         .wait_for(&always, "restarted", START, |p| restarts(p, "main") >= 1)
         .await;
     let status = container_status(&pod, "main");
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 1, "{status:#}");
-    let last = container_id(&status["lastState"]["terminated"]);
-    let (cri, _) = cri_container(&node, &last).await;
-    assert_eq!(
-        (cri.state, cri.exit_code),
-        (api::ContainerState::ContainerExited as i32, 1)
-    );
-    assert_eq!(cri.metadata.unwrap().attempt, 0);
+    assert_ne!(container_id(&status["lastState"]["terminated"]), container_id(&status));
     let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
-    let attempts = node
+    let attempts: Vec<u32> = node
         .daemon
         .runtime()
         .await
@@ -210,8 +205,12 @@ async fn restart_policies_always_on_failure_never() {
         .containers
         .into_iter()
         .filter(|c| c.labels.get("io.kubernetes.pod.uid") == Some(&pod_uid))
-        .count();
-    assert!(attempts >= 2, "scute holds {attempts} containers of the restarted pod");
+        .map(|c| c.metadata.unwrap().attempt)
+        .collect();
+    assert!(
+        attempts.iter().any(|a| *a >= 1),
+        "no restarted attempt among scute's containers of the pod: {attempts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -989,23 +988,57 @@ async fn security_contexts_reach_the_processes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn container_status_image_is_the_manifests_image() {
-    // Issue 22: the kubelet copies ContainerStatus.image into containerStatuses[].image.
-    let Some(node) = Node::start("image-names", json!({})) else {
+async fn container_status_fields_after_restarts_and_a_manifest_change() {
+    // Issue 22: the kubelet copies ContainerStatus.image into containerStatuses[].image (and
+    // user and resources into the API); what /pods shows must be what the manifest says, also
+    // after the kubelet restarts and after the manifest names another image. (A standalone
+    // kubelet fills no volumeMounts status: it has no RuntimeClass manager to ask about
+    // recursive read-only support, so that field is not checked here.)
+    let Some(mut node) = Node::start("image-names", json!({})) else {
         return;
     };
-    let other = "docker.io/library/busybox:1.36";
-    for (pod_name, image) in [("first", BUSYBOX), ("second", other)] {
-        let name = node.apply(json!({
-            "metadata": {"name": pod_name},
-            "spec": {"containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}]},
-        }));
-        let pod = node.wait_phase(&name, "Running", START).await;
-        let status = container_status(&pod, "main");
+    let manifest = |image: &str| {
+        json!({
+            "metadata": {"name": "app"},
+            "spec": {
+                "securityContext": {"runAsUser": 1234, "runAsGroup": 2345, "supplementalGroups": [3456]},
+                "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"],
+                    "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}}],
+            },
+        })
+    };
+    let check = |pod: &Value, image: &str| {
+        let status = container_status(pod, "main");
         assert_eq!(status["image"], image, "{status:#}");
         assert!(
             status["imageID"].as_str().unwrap_or_default().contains("sha256:"),
             "{status:#}"
         );
-    }
+        assert_eq!(
+            status["user"]["linux"],
+            json!({"uid": 1234, "gid": 2345, "supplementalGroups": [2345, 3456]}),
+            "{status:#}"
+        );
+        assert_eq!(status["resources"]["limits"]["memory"], "64Mi", "{status:#}");
+        assert_eq!(status["resources"]["requests"]["cpu"], "100m", "{status:#}");
+    };
+
+    let name = node.apply(manifest(BUSYBOX));
+    let pod = node.wait_phase(&name, "Running", START).await;
+    check(&pod, BUSYBOX);
+
+    node.restart_kubelet();
+    let pod = node.wait_phase(&name, "Running", START).await;
+    check(&pod, BUSYBOX);
+
+    // Another image in the manifest: a new static pod (new UID) with that image's name.
+    let other = "docker.io/library/busybox:1.36";
+    let old_uid = pod["metadata"]["uid"].clone();
+    node.apply(manifest(other));
+    let pod = node
+        .wait_for(&name, "running with the new image", START, |p| {
+            p["metadata"]["uid"] != old_uid && p["status"]["phase"] == "Running"
+        })
+        .await;
+    check(&pod, other);
 }
