@@ -10,23 +10,7 @@ use scute::api;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_image_fields_name_the_image_and_keep_its_id() {
     let pod = pod("image-fields").await;
-    let image_id = pod
-        .daemon
-        .images()
-        .await
-        .image_status(api::ImageStatusRequest {
-            image: Some(api::ImageSpec {
-                image: BUSYBOX.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .image
-        .unwrap()
-        .id;
+    let image_id = pod.image_status(BUSYBOX).await.id;
     assert!(image_id.starts_with("sha256:"), "{image_id}");
 
     // (name in `image`, name in `user_specified_image`) → the name ContainerStatus reports.

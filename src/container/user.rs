@@ -262,20 +262,22 @@ impl<'a> UserDb<'a> {
     }
 
     fn find_passwd(&self, want: impl Fn(&PasswdEntry) -> bool) -> Result<Option<PasswdEntry>, SpecError> {
-        let mut found = None;
-        scan_db(self.rootfs, "etc/passwd", |line| match parse_passwd_line(line) {
-            Some(e) if want(&e) => {
-                found = Some(e);
-                false
-            }
-            _ => true,
-        })?;
-        Ok(found)
+        self.find("etc/passwd", parse_passwd_line, want)
     }
 
     fn find_group(&self, want: impl Fn(&GroupEntry) -> bool) -> Result<Option<GroupEntry>, SpecError> {
+        self.find("etc/group", parse_group_line, want)
+    }
+
+    /// The first entry of the image's database `rel` that `parse` reads and `want` accepts.
+    fn find<E>(
+        &self,
+        rel: &str,
+        parse: impl Fn(&str) -> Option<E>,
+        want: impl Fn(&E) -> bool,
+    ) -> Result<Option<E>, SpecError> {
         let mut found = None;
-        scan_db(self.rootfs, "etc/group", |line| match parse_group_line(line) {
+        scan_db(self.rootfs, rel, |line| match parse(line) {
             Some(e) if want(&e) => {
                 found = Some(e);
                 false

@@ -173,6 +173,37 @@ impl Pod {
             .unwrap()
     }
 
+    /// ImageStatus of `image`; panics when the daemon does not have it.
+    pub async fn image_status(&self, image: &str) -> api::Image {
+        self.daemon
+            .images()
+            .await
+            .image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .image
+            .unwrap_or_else(|| panic!("{image} is not there"))
+    }
+
+    /// Every container the daemon lists.
+    pub async fn containers(&self) -> Vec<api::Container> {
+        self.daemon
+            .runtime()
+            .await
+            .list_containers(api::ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers
+    }
+
     pub async fn wait_exited(&self, id: &str) -> api::ContainerStatus {
         for _ in 0..200 {
             let s = self.status(id).await;
