@@ -57,17 +57,34 @@ pub fn tools_dir() -> Option<PathBuf> {
     .clone()
 }
 
+/// One registry with the test images for every node of this test binary (starting and filling
+/// one per node cost about 10 s each): stopped and removed when the process exits.
+fn shared_registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    extern "C" fn stop_registry() {
+        if let Some(registry) = REGISTRY.get() {
+            registry.shut_down();
+        }
+    }
+    REGISTRY.get_or_init(|| {
+        let registry = Registry::start();
+        registry.push_test_images();
+        // SAFETY: registers a plain function; libtest's exit (success or failure) runs it.
+        unsafe { libc::atexit(stop_registry) };
+        registry
+    })
+}
+
 /// The lock every node holds: one kubelet at a time on the host.
 fn host_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A node: a local registry with the test images, a daemon mirroring public registries to it on
+/// A node: the binary's shared registry with the test images, a daemon mirroring public registries to it on
 /// a CNI bridge network of its own, and a kubelet running the manifests written with `apply`.
 pub struct Node {
     pub daemon: Daemon,
-    _registry: Registry,
     _network: TestNetwork,
     kubelet: Option<Child>,
     kubelet_bin: PathBuf,
@@ -91,16 +108,13 @@ impl Node {
             return None;
         };
         let host = host_lock();
-        let registry = Registry::start();
-        registry.push_test_images();
         let daemon = Daemon::start("");
-        daemon.mirror_public_registries_to(&registry.addr);
+        daemon.mirror_public_registries_to(&shared_registry().addr);
         let network = TestNetwork::install(&daemon);
         let dir = tempfile::Builder::new().prefix("scute-kubelet-").tempdir().unwrap();
         let tag = format!("{}-{}", std::process::id(), free_port());
         let mut node = Node {
             daemon,
-            _registry: registry,
             _network: network,
             kubelet: None,
             kubelet_bin: tools.join("kubelet"),

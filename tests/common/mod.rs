@@ -380,6 +380,17 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Stops the registry and removes its dir, for a registry that is never dropped (a static).
+    pub fn shut_down(&self) {
+        let _ = Command::new(repo_root().join("hack/registry.sh"))
+            .args(["stop", "--dir"])
+            .arg(self.dir.path())
+            .output();
+        let _ = std::fs::remove_dir_all(self.dir.path());
+    }
+}
+
 impl Drop for Registry {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("hack/registry.sh"))
