@@ -20,6 +20,10 @@
 #      whatever is still mounted under the temp dir, stops the registry, removes the temp dir,
 # and exits with critest's status. critest's output and scute's log are kept in
 # target/critest/. critest needs host ports 12000-12003 free.
+#
+# CRITEST_ENDPOINT=unix:///run/scute/scute.sock runs critest against a scute already serving
+# there (the VM test node's, under systemd, whose mirrors point at a filled registry): steps 1-4
+# are skipped and step 6 only removes the pods left.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,7 +56,7 @@ work=$(mktemp -d /tmp/sct.XXXXXX)
 chmod 0711 "$work"
 logs=$target_dir/critest
 mkdir -p "$logs"
-endpoint=unix://$work/run/scute.sock
+endpoint=${CRITEST_ENDPOINT:-unix://$work/run/scute.sock}
 daemon_pid=""
 registry_started=0
 
@@ -60,7 +64,7 @@ cleanup() {
 	local status=$?
 	set +e
 	trap - EXIT INT TERM
-	if [[ -n $daemon_pid ]] && kill -0 "$daemon_pid" 2>/dev/null; then
+	if [[ -n ${CRITEST_ENDPOINT:-} ]] || { [[ -n $daemon_pid ]] && kill -0 "$daemon_pid" 2>/dev/null; }; then
 		if command -v crictl >/dev/null; then
 			log "removing the pods left behind"
 			crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 60s \
@@ -69,6 +73,8 @@ cleanup() {
 		else
 			log "crictl not on PATH: cannot remove leftover pods before stopping scute"
 		fi
+	fi
+	if [[ -n $daemon_pid ]] && kill -0 "$daemon_pid" 2>/dev/null; then
 		kill -TERM "$daemon_pid" 2>/dev/null
 		local waited=0
 		while kill -0 "$daemon_pid" 2>/dev/null && ((waited < 200)); do
@@ -112,61 +118,65 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-profile=${SCUTE_PROFILE:-release}
-case $profile in
-release) build_flags=(--release) ;;
-debug) build_flags=() ;;
-*) die "SCUTE_PROFILE must be release or debug, not $profile" ;;
-esac
-log "building scute and scute-shim ($profile)"
-(cd "$repo_root" && cargo build "${build_flags[@]}" --locked -p scute -p scute-shim)
+if [[ -n ${CRITEST_ENDPOINT:-} ]]; then
+	log "using the scute serving $CRITEST_ENDPOINT"
+else
+	profile=${SCUTE_PROFILE:-release}
+	case $profile in
+	release) build_flags=(--release) ;;
+	debug) build_flags=() ;;
+	*) die "SCUTE_PROFILE must be release or debug, not $profile" ;;
+	esac
+	log "building scute and scute-shim ($profile)"
+	(cd "$repo_root" && cargo build "${build_flags[@]}" --locked -p scute -p scute-shim)
 
-# A free loopback port for the registry: random picks until one starts (registry.sh refuses
-# a port something answers on, and fails when docker-registry cannot bind).
-registry_addr=""
-for _ in $(seq 20); do
-	port=$((20000 + RANDOM % 30000))
-	[[ -z $(ss -Htln "sport = :$port") ]] || continue
-	if out=$("$repo_root/hack/registry.sh" start --addr "127.0.0.1:$port" --dir "$work/registry" 2>>"$work/build.log"); then
-		registry_started=1
-		registry_addr=$(sed -n 's/^REGISTRY_ADDR=//p' <<<"$out")
-		break
+	# A free loopback port for the registry: random picks until one starts (registry.sh refuses
+	# a port something answers on, and fails when docker-registry cannot bind).
+	registry_addr=""
+	for _ in $(seq 20); do
+		port=$((20000 + RANDOM % 30000))
+		[[ -z $(ss -Htln "sport = :$port") ]] || continue
+		if out=$("$repo_root/hack/registry.sh" start --addr "127.0.0.1:$port" --dir "$work/registry" 2>>"$work/build.log"); then
+			registry_started=1
+			registry_addr=$(sed -n 's/^REGISTRY_ADDR=//p' <<<"$out")
+			break
+		fi
+	done
+	[[ -n $registry_addr ]] || die "could not start a registry (see $logs/build.log)"
+	log "registry on $registry_addr; building and pushing the test images"
+	"$repo_root/images/build.sh" "$registry_addr" >>"$work/build.log" 2>&1 ||
+		die "images/build.sh failed (see $logs/build.log)"
+
+	certs=$work/certs.d
+	"$repo_root/hack/mirrors.sh" "$registry_addr" "$certs" 2>>"$work/build.log"
+	# An empty CNI config dir: scute's embedded default bridge network.
+	mkdir -p "$work/net.d"
+	cat >"$work/config.toml" <<-EOF
+	root = "$work/root"
+	state = "$work/run"
+
+	[grpc]
+	address = "$work/run/scute.sock"
+
+	[cni]
+	conf_dir = "$work/net.d"
+
+	[registry]
+	config_path = "$certs"
+	EOF
+
+	log "starting scute"
+	"$target_dir/$profile/scute" serve --config "$work/config.toml" </dev/null >"$work/scute.log" 2>&1 &
+	daemon_pid=$!
+	for _ in $(seq 200); do
+		[[ -S $work/run/scute.sock ]] && break
+		kill -0 "$daemon_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [[ ! -S $work/run/scute.sock ]]; then
+		cat "$work/scute.log" >&2
+		die "scute did not open its socket"
 	fi
-done
-[[ -n $registry_addr ]] || die "could not start a registry (see $logs/build.log)"
-log "registry on $registry_addr; building and pushing the test images"
-"$repo_root/images/build.sh" "$registry_addr" >>"$work/build.log" 2>&1 ||
-	die "images/build.sh failed (see $logs/build.log)"
-
-certs=$work/certs.d
-"$repo_root/hack/mirrors.sh" "$registry_addr" "$certs" 2>>"$work/build.log"
-# An empty CNI config dir: scute's embedded default bridge network.
-mkdir -p "$work/net.d"
-cat >"$work/config.toml" <<EOF
-root = "$work/root"
-state = "$work/run"
-
-[grpc]
-address = "$work/run/scute.sock"
-
-[cni]
-conf_dir = "$work/net.d"
-
-[registry]
-config_path = "$certs"
-EOF
-
-log "starting scute"
-"$target_dir/$profile/scute" serve --config "$work/config.toml" </dev/null >"$work/scute.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 200); do
-	[[ -S $work/run/scute.sock ]] && break
-	kill -0 "$daemon_pid" 2>/dev/null || break
-	sleep 0.1
-done
-if [[ ! -S $work/run/scute.sock ]]; then
-	cat "$work/scute.log" >&2
-	die "scute did not open its socket"
 fi
 
 args=(

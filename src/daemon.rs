@@ -31,6 +31,7 @@ const ROOT_DIR_MODE: u32 = 0o711;
 
 pub async fn serve(config: Config) -> Result<()> {
     let config = Arc::new(config);
+    crate::cgroups::check_driver(config.runtime.cgroup_driver).map_err(anyhow::Error::msg)?;
     prepare_dir(&config.root, ROOT_DIR_MODE)?;
     prepare_dir(&config.state, STATE_DIR_MODE)?;
 
@@ -150,6 +151,11 @@ pub async fn serve(config: Config) -> Result<()> {
         tracing::info!(address = %image_address.display(), "serving CRI ImageService");
     }
 
+    // Under systemd (Type=notify): the kubelet's unit, ordered after ours, starts now. A no-op
+    // without NOTIFY_SOCKET.
+    if let Err(e) = sd_notify::notify(true, &[sd_notify::NotifyState::Ready]) {
+        tracing::warn!(error = %e, "telling systemd scute is ready");
+    }
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let reason = tokio::select! {

@@ -391,63 +391,61 @@ async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
             "resources": {"limits": {"memory": "32Mi"}}}]},
     }));
 
-    // (pod, QoS class, its cgroup under cgroupRoot, cpu.shares, cfs quota, memory limit)
+    // (pod, QoS class, cpu.shares, cfs quota, memory limit)
     let cases = [
-        (
-            &guaranteed,
-            "Guaranteed",
-            "kubepods/pod",
-            "256",
-            "25000",
-            (64u64 << 20).to_string(),
-        ),
-        (
-            &burstable,
-            "Burstable",
-            "kubepods/burstable/pod",
-            "102",
-            "-1",
-            (96u64 << 20).to_string(),
-        ),
-        (
-            &best_effort,
-            "BestEffort",
-            "kubepods/besteffort/pod",
-            "2",
-            "-1",
-            "9223372036854771712".to_string(),
-        ),
+        (&guaranteed, "Guaranteed", "256", "25000", (64u64 << 20).to_string()),
+        (&burstable, "Burstable", "102", "-1", (96u64 << 20).to_string()),
+        (&best_effort, "BestEffort", "2", "-1", "9223372036854771712".to_string()),
     ];
-    for (name, class, parent, shares, quota, memory) in cases {
+    for (name, class, shares, quota, memory) in cases {
         let pod = node.wait_phase(name, "Running", START).await;
         assert_eq!(pod["status"]["qosClass"], class, "{name}");
         let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
         let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         let uid = pod["metadata"]["uid"].as_str().unwrap();
-        let pod_cgroup = format!("{}/{parent}{uid}/", node.cgroup_root);
+        let pod_cgroup = format!("{}/", node.pod_cgroup(class, uid));
+        // v1 (hybrid too): the memory and pids hierarchies; pure v2: the one unified line.
+        let v1 = cgroups.contains(":memory:");
+        let lines: Vec<&str> = cgroups
+            .lines()
+            .filter(|l| {
+                if v1 {
+                    l.contains(":memory:") || l.contains(":pids:")
+                } else {
+                    l.starts_with("0::")
+                }
+            })
+            .collect();
         assert!(
-            cgroups
-                .lines()
-                .filter(|l| l.contains(":memory:") || l.contains(":pids:"))
-                .all(|l| l.contains(&pod_cgroup)),
+            !lines.is_empty() && lines.iter().all(|l| l.contains(&pod_cgroup)),
             "{name}: the container is not in {pod_cgroup}:\n{cgroups}"
         );
-        if cgroups.contains(":memory:") {
+        if v1 {
             assert_eq!(cgroup_value(pid, "cpu", "cpu.shares"), shares, "{name}");
             assert_eq!(cgroup_value(pid, "cpu", "cpu.cfs_quota_us"), quota, "{name}");
             assert_eq!(cgroup_value(pid, "memory", "memory.limit_in_bytes"), memory, "{name}");
         } else {
-            // cgroup v2: weight and max instead.
+            // cgroup v2: max and weight instead.
             let max = cgroup_value(pid, "", "memory.max");
-            assert_eq!(
-                max,
-                if class == "BestEffort" {
-                    "max".to_string()
-                } else {
-                    memory
-                },
-                "{name}"
-            );
+            let expected = if class == "BestEffort" {
+                "max".to_string()
+            } else {
+                memory
+            };
+            assert_eq!(max, expected, "{name}");
+            let cpu_max = cgroup_value(pid, "", "cpu.max");
+            let expected = if quota == "-1" {
+                "max 100000".to_string()
+            } else {
+                format!("{quota} 100000")
+            };
+            assert_eq!(cpu_max, expected, "{name}");
+            if class == "Guaranteed" {
+                // One container: its shares are the pod's, so its weight must be what the kubelet
+                // wrote for the pod cgroup (the same shares-to-weight conversion).
+                let pod_weight = std::fs::read_to_string(format!("/sys/fs/cgroup{pod_cgroup}cpu.weight")).unwrap();
+                assert_eq!(cgroup_value(pid, "", "cpu.weight"), pod_weight.trim(), "{name}");
+            }
         }
     }
 

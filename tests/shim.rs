@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use scute::config::CgroupDriver;
 use scute::shim_client::{
     pb::ErrorCode, read_exit_file, AttachOptions, ContainerStatus, CreateOptions, ExecOptions, ExecStreamOptions,
     SessionOutput, SessionOutputs, ShimClient, ShimError, ShimSession, SpawnOptions,
@@ -195,6 +196,7 @@ async fn pause_sandbox_lifecycle() {
         state_dir: state_dir.clone(),
         shim_binary: shim_binary(),
         log_level: "debug".into(),
+        cgroup_driver: CgroupDriver::Cgroupfs,
     };
     let shim = ShimClient::spawn(&opts).await.expect("spawn shim");
     let shim_pid = shim.shim_pid().unwrap();
@@ -550,6 +552,7 @@ impl Pod {
             state_dir: state_dir.clone(),
             shim_binary: shim_binary(),
             log_level: "debug".into(),
+            cgroup_driver: CgroupDriver::Cgroupfs,
         })
         .await
         .expect("spawn shim");

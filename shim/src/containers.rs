@@ -216,6 +216,8 @@ pub struct Containers {
     /// Containers' exits for exit subscribers, taken (and dropped when nobody subscribes) by the
     /// event loop.
     exits: Vec<pb::ContainerExit>,
+    /// The systemd cgroup driver: libcontainer starts a scope per container over D-Bus.
+    systemd: bool,
 }
 
 /// The container ids libcontainer accepts, which are also safe as file names.
@@ -275,7 +277,14 @@ impl Containers {
             next_exec: 1,
             outbox: Vec::new(),
             exits: Vec::new(),
+            systemd: false,
         }
+    }
+
+    /// Containers get transient systemd scopes (their cgroups paths are `slice:prefix:name`).
+    pub fn with_systemd(mut self, systemd: bool) -> Self {
+        self.systemd = systemd;
+        self
     }
 
     /// The exits recorded since the last call, for exit subscribers.
@@ -365,6 +374,7 @@ impl Containers {
         let log_start = std::fs::metadata(&log_file).map(|m| m.len()).unwrap_or(0);
         let console_path = console.as_ref().map(|c| c.path().to_path_buf());
         let tty = opts.tty;
+        let systemd = self.systemd;
         // The closure owns the child's ends: the shim's copies close when in_helper returns.
         let pid = in_helper(&format!("creating container {id}"), &keep, move || {
             check_terminal(bundle, tty)?;
@@ -384,7 +394,7 @@ impl Containers {
                 .validate_id()
                 .map_err(|e| ApiError::invalid(chain(&e)))?
                 .as_init(bundle)
-                .with_systemd(false)
+                .with_systemd(systemd)
                 .with_detach(true)
                 .build()
                 .map_err(|e| {

@@ -16,6 +16,7 @@ mod frame;
 mod logs;
 mod memory;
 mod oom;
+mod scope;
 mod server;
 mod stdio;
 #[cfg(test)]
@@ -43,19 +44,23 @@ use tracing::level_filters::LevelFilter;
 use containers::Containers;
 use server::Server;
 
-const USAGE: &str = "usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace]";
+const USAGE: &str = "usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd]";
 
 #[derive(Debug)]
 struct Args {
     id: String,
     state_dir: PathBuf,
     log_level: LevelFilter,
+    /// systemd: containers get transient scopes (libcontainer's systemd manager) and the shim a
+    /// scope of its own.
+    systemd: bool,
 }
 
 fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut id = None;
     let mut state_dir = None;
     let mut log_level = LevelFilter::INFO;
+    let mut systemd = false;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let arg = arg.into_string().map_err(|a| format!("argument {a:?} is not UTF-8"))?;
@@ -83,6 +88,13 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> 
                 let v = v.to_str().ok_or("--log-level is not UTF-8")?;
                 log_level = LevelFilter::from_str(v).map_err(|_| format!("unknown log level {v:?}"))?;
             }
+            "--cgroup-driver" => {
+                systemd = match value("--cgroup-driver")?.to_str() {
+                    Some("systemd") => true,
+                    Some("cgroupfs") => false,
+                    other => return Err(format!("unknown cgroup driver {other:?} (cgroupfs or systemd)")),
+                }
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -98,6 +110,7 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> 
         id,
         state_dir,
         log_level,
+        systemd,
     })
 }
 
@@ -209,6 +222,10 @@ fn setup(args: &Args) -> Result<Server, String> {
         .with_target(false)
         .init();
 
+    if args.systemd {
+        let scope = scope::enter_own_scope(&args.id)?;
+        tracing::info!(%scope, "in a scope of its own");
+    }
     // Orphaned descendants (a container's init once libcontainer's helper exits) become ours.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(format!("PR_SET_CHILD_SUBREAPER: {}", std::io::Error::last_os_error()));
@@ -237,7 +254,7 @@ fn setup(args: &Args) -> Result<Server, String> {
         dir,
         listener,
         sigchld,
-        Containers::new(root, exits_dir, log_fd),
+        Containers::new(root, exits_dir, log_fd).with_systemd(args.systemd),
     ))
 }
 

@@ -390,7 +390,7 @@ impl ContainerManager {
             reason: String::new(),
             message: String::new(),
             log_path,
-            cgroups_path: sibling_cgroup(&sandbox.cgroups_path, &id),
+            cgroups_path: crate::cgroups::sibling(&sandbox.cgroups_path, &id),
             user: None,
             unclaimed: false,
         };
@@ -1047,13 +1047,6 @@ fn merge_resources(
 }
 
 /// A container's cgroup sits next to its pod's pause cgroup, under the kubelet's pod cgroup.
-fn sibling_cgroup(sandbox_cgroup: &str, id: &str) -> String {
-    match sandbox_cgroup.rsplit_once('/') {
-        Some((parent, _)) => format!("{parent}/scute-{id}"),
-        None => format!("/scute/scute-{id}"),
-    }
-}
-
 /// The signal StopContainer sends first: the config's (CRI 1.33+), else the image's STOPSIGNAL,
 /// else SIGTERM.
 fn stop_signal(config: &api::ContainerConfig, image_signal: &str) -> i32 {
@@ -1240,14 +1233,5 @@ mod tests {
             },
         )
         .unwrap();
-    }
-
-    #[test]
-    fn containers_sit_beside_pause() {
-        assert_eq!(
-            sibling_cgroup("/kubepods/podu/scute-abc", "def"),
-            "/kubepods/podu/scute-def"
-        );
-        assert_eq!(sibling_cgroup("", "def"), "/scute/scute-def");
     }
 }

@@ -26,7 +26,8 @@ use super::netns::NetNs;
 use super::record::{sandbox_name, SandboxRecord, SandboxState};
 use super::userns;
 use crate::api;
-use crate::config::{CgroupDriver, Config};
+use crate::cgroups::DEFAULT_CGROUPFS_PARENT;
+use crate::config::Config;
 use crate::container::spec::{pause_spec, SandboxSpec};
 use crate::handover::Unclaimed;
 use crate::image::{Credentials, ImageError, ImageManager};
@@ -40,7 +41,6 @@ pub const PAUSE_ID: &str = "pause";
 const PAUSE_OOM_SCORE_ADJ: i32 = -998;
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pods without a cgroup parent from the kubelet (crictl, tests) go under this cgroupfs path.
-const DEFAULT_CGROUP_PARENT: &str = "/scute";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -113,8 +113,7 @@ impl SandboxManager {
     /// The pod's own cgroup: the cgroup parent the kubelet gave, which holds pause and the pod's
     /// containers and nothing else. None under scute's default parent, which every pod shares.
     pub fn pod_cgroup(&self, record: &SandboxRecord) -> Option<String> {
-        let (parent, _) = record.cgroups_path.rsplit_once('/')?;
-        (!parent.is_empty() && parent != DEFAULT_CGROUP_PARENT).then(|| parent.to_string())
+        crate::cgroups::pod_dir(&record.cgroups_path)
     }
 
     /// The shim's state dir. Named by the first 32 hex digits of the ID (128 random bits): the
@@ -302,7 +301,8 @@ impl SandboxManager {
             .collect();
         if userns.is_some() {
             walkable_root(&self.config.root)?;
-            let parent = record.cgroups_path.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
+            let dir = crate::cgroups::dir(&record.cgroups_path);
+            let parent = dir.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
             walkable_cgroup_path(parent).map_err(failed("opening the pod's cgroup path to its user namespace"))?;
         }
         if let Some(pod) = &userns {
@@ -352,6 +352,7 @@ impl SandboxManager {
             state_dir: self.shim_dir(&id),
             shim_binary: self.shim_binary.clone(),
             log_level: "info".into(),
+            cgroup_driver: self.config.runtime.cgroup_driver,
         })
         .await
         .map_err(shim_failed("starting the shim"))?;
@@ -397,24 +398,8 @@ impl SandboxManager {
     }
 
     fn cgroups_path(&self, parent: &str, id: &str) -> Result<String, SandboxError> {
-        match self.config.runtime.cgroup_driver {
-            CgroupDriver::Cgroupfs => {
-                let parent = if parent.is_empty() {
-                    DEFAULT_CGROUP_PARENT
-                } else {
-                    parent.trim_end_matches('/')
-                };
-                if !parent.starts_with('/') || parent.split('/').any(|c| c == "..") {
-                    return Err(SandboxError::InvalidArgument(format!(
-                        "cgroup_parent {parent:?} must be an absolute cgroupfs path"
-                    )));
-                }
-                Ok(format!("{parent}/scute-{id}"))
-            }
-            CgroupDriver::Systemd => Err(SandboxError::FailedPrecondition(
-                "the systemd cgroup driver is not supported by scute's shim yet; use runtime.cgroup_driver = \"cgroupfs\"".into(),
-            )),
-        }
+        crate::cgroups::member_path(self.config.runtime.cgroup_driver, parent, id)
+            .map_err(SandboxError::InvalidArgument)
     }
 
     /// The shim of a sandbox (connecting to it after a daemon restart), if it is alive.
@@ -579,8 +564,8 @@ impl SandboxManager {
         let dir = self.sandbox_dir(id);
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
         if remove {
-            if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUP_PARENT}/")) {
-                remove_empty_cgroup_dirs(DEFAULT_CGROUP_PARENT);
+            if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
+                remove_empty_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
             }
             crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
             remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
@@ -669,9 +654,9 @@ impl SandboxManager {
         if let Err(e) = crate::snapshot::unmount_view(&dir.join("rootfs")) {
             warn("unmounting the sandbox rootfs", &e);
         }
-        remove_cgroup_dirs(&record.cgroups_path);
-        if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUP_PARENT}/")) {
-            remove_empty_cgroup_dirs(DEFAULT_CGROUP_PARENT);
+        remove_cgroup_dirs(&crate::cgroups::dir(&record.cgroups_path));
+        if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
+            remove_empty_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
         }
         for dir in [dir, self.shim_dir(id)] {
             if let Err(e) = remove_dir_if_exists(&dir) {

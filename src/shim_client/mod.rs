@@ -76,6 +76,9 @@ pub struct SpawnOptions {
     pub shim_binary: PathBuf,
     /// The daemon's log level; anything but error/warn/info/debug/trace/off is passed as info.
     pub log_level: String,
+    /// How the shim makes its containers' cgroups; with systemd's, it also moves itself into a
+    /// scope of its own, so that restarting scute's unit leaves it alone.
+    pub cgroup_driver: crate::config::CgroupDriver,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -399,6 +402,8 @@ impl ShimClient {
             .arg(&opts.state_dir)
             .arg("--log-level")
             .arg(log_level)
+            .arg("--cgroup-driver")
+            .arg(opts.cgroup_driver.to_string())
             .env_clear()
             .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
             .stdin(Stdio::null())
@@ -1227,6 +1232,7 @@ mod tests {
             state_dir: dir.path().join("state"),
             shim_binary: script,
             log_level: "scute=debug".into(),
+            cgroup_driver: crate::config::CgroupDriver::Cgroupfs,
         };
         match ShimClient::spawn(&opts).await {
             Err(ShimError::Start(m)) => assert_eq!(m, "cannot do it"),

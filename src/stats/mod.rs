@@ -40,9 +40,10 @@ impl Stats {
         }
     }
 
-    /// Reads cgroup `path` (cgroupfs, as in the OCI spec's linux.cgroupsPath).
+    /// Reads the cgroup of an OCI spec's linux.cgroupsPath (either driver's form) or a cgroupfs
+    /// path.
     pub fn sample(&self, cgroups_path: &str) -> Sample {
-        self.layout.sample(cgroups_path)
+        self.layout.sample(&crate::cgroups::dir(cgroups_path))
     }
 
     /// CpuUsage of a container's sample; the rate is against the container's previous sample.

@@ -120,7 +120,13 @@ impl Node {
             kubelet_bin: tools.join("kubelet"),
             name: format!("kt-{tag}"),
             namespace: format!("kt-{}", test.replace('_', "-")),
-            cgroup_root: format!("/scute-kubelet-{tag}"),
+            // systemd's driver takes the slice tree under "/" (kubepods.slice); the VM node runs
+            // one kubelet at a time.
+            cgroup_root: if super::systemd_driver() {
+                "/".to_string()
+            } else {
+                format!("/scute-kubelet-{tag}")
+            },
             read_only_port: free_port(),
             http: reqwest::Client::new(),
             sysctls: KUBELET_SYSCTLS
@@ -138,8 +144,10 @@ impl Node {
             std::fs::create_dir_all(node.dir.path().join(sub)).unwrap();
         }
         std::fs::write(node.dir.path().join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
-        for hierarchy in cgroup_hierarchies() {
-            make_cgroup(&hierarchy, &node.cgroup_root);
+        if !super::systemd_driver() {
+            for hierarchy in cgroup_hierarchies() {
+                make_cgroup(&hierarchy, &node.cgroup_root);
+            }
         }
         node.write_config(config);
         node.spawn_kubelet();
@@ -162,9 +170,8 @@ impl Node {
             "enableServer": false,
             "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
             "authorization": {"mode": "AlwaysAllow"},
-            "failCgroupV1": false,
             "failSwapOn": false,
-            "cgroupDriver": "cgroupfs",
+            "cgroupDriver": if super::systemd_driver() { "systemd" } else { "cgroupfs" },
             "cgroupRoot": self.cgroup_root,
             "cgroupsPerQOS": true,
             "oomScoreAdj": 0,
@@ -178,6 +185,10 @@ impl Node {
             "volumePluginDir": dir.join("volume-plugins"),
             "serializeImagePulls": false,
         });
+        // kubelet 1.35+ refuses cgroup v1 hosts unless told otherwise; a v2 node keeps its default.
+        if !scute::cgroups::unified_only() {
+            config["failCgroupV1"] = json!(false);
+        }
         if let (Some(base), Value::Object(extra)) = (config.as_object_mut(), extra) {
             base.extend(extra);
         }
@@ -237,6 +248,31 @@ impl Node {
                 panic!("the kubelet did not open {addr} in 60 s:\n{}", self.kubelet_log());
             }
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The cgroup (below a hierarchy's root) the kubelet made for a pod of QoS `class`
+    /// ("Guaranteed", "Burstable", "BestEffort"), as each cgroup driver names it.
+    pub fn pod_cgroup(&self, class: &str, uid: &str) -> String {
+        let qos = match class {
+            "Guaranteed" => "",
+            "Burstable" => "burstable",
+            "BestEffort" => "besteffort",
+            other => panic!("no QoS class {other}"),
+        };
+        if super::systemd_driver() {
+            // systemd escapes the '-' of a slice name's part as '_'.
+            let uid = uid.replace('-', "_");
+            match qos {
+                "" => format!("/kubepods.slice/kubepods-pod{uid}.slice"),
+                q => format!("/kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{uid}.slice"),
+            }
+        } else {
+            let root = self.cgroup_root.trim_end_matches('/');
+            match qos {
+                "" => format!("{root}/kubepods/pod{uid}"),
+                q => format!("{root}/kubepods/{q}/pod{uid}"),
+            }
         }
     }
 
@@ -388,10 +424,17 @@ impl Drop for Node {
             let _ = nix::mount::umount2(mount.as_str(), nix::mount::MntFlags::MNT_DETACH);
         }
         let mut leaked = Vec::new();
-        for hierarchy in cgroup_hierarchies() {
-            leaked.extend(remove_cgroup_tree(
-                &hierarchy.join(self.cgroup_root.trim_start_matches('/')),
-            ));
+        if super::systemd_driver() {
+            // The kubelet's slices are systemd's units: processes left in them are leaks; the
+            // slices go with `systemctl stop` (a kubelet leaves them for its next start).
+            leaked.extend(kill_procs_in_tree(Path::new("/sys/fs/cgroup/kubepods.slice")));
+            let _ = Command::new("systemctl").args(["stop", "kubepods.slice"]).status();
+        } else {
+            for hierarchy in cgroup_hierarchies() {
+                leaked.extend(remove_cgroup_tree(
+                    &hierarchy.join(self.cgroup_root.trim_start_matches('/')),
+                ));
+            }
         }
         for (path, value) in &self.sysctls {
             if !value.is_empty() {
@@ -495,13 +538,32 @@ fn make_cgroup(hierarchy: &Path, root: &str) {
 
 /// Removes a cgroup and every cgroup under it, deepest first; answers the processes still in it.
 fn remove_cgroup_tree(dir: &Path) -> Vec<String> {
+    let leaked = kill_procs_in_tree(dir);
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        for entry in std::fs::read_dir(&dirs[i]).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            }
+        }
+        i += 1;
+    }
+    for dir in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    leaked
+}
+
+/// SIGKILLs every process in a cgroup tree; answers what they were.
+fn kill_procs_in_tree(dir: &Path) -> Vec<String> {
     let mut leaked = Vec::new();
     if !dir.is_dir() {
         return leaked;
     }
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            leaked.extend(remove_cgroup_tree(&entry.path()));
+            leaked.extend(kill_procs_in_tree(&entry.path()));
         }
     }
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
@@ -515,6 +577,5 @@ fn remove_cgroup_tree(dir: &Path) -> Vec<String> {
     if !leaked.is_empty() {
         std::thread::sleep(Duration::from_millis(200));
     }
-    let _ = std::fs::remove_dir(dir);
     leaked
 }

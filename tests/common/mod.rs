@@ -52,6 +52,10 @@ impl Daemon {
     }
 
     pub fn start_with_args(extra_toml: &str, extra_args: &[&str]) -> Daemon {
+        let mut extra_args: Vec<&str> = extra_args.to_vec();
+        if systemd_driver() {
+            extra_args.extend(["--cgroup-driver", "systemd"]);
+        }
         let dir = tempfile::Builder::new()
             .prefix("scute-it-")
             .tempdir()
@@ -316,10 +320,18 @@ fn wait_or_kill(child: &mut Child, timeout: Duration) -> ExitStatus {
     }
 }
 
+/// Whether the tests' daemons use systemd's cgroup driver: `SCUTE_TEST_CGROUP_DRIVER=systemd`,
+/// which the VM test node (hack/vm.sh) sets; cgroupfs otherwise.
+pub fn systemd_driver() -> bool {
+    std::env::var("SCUTE_TEST_CGROUP_DRIVER").is_ok_and(|d| d == "systemd")
+}
+
 /// A real local registry (Debian's docker-registry) on a free loopback port, stopped on drop.
 pub struct Registry {
     dir: tempfile::TempDir,
     pub addr: String,
+    /// `SCUTE_TEST_REGISTRY`'s: filled and stopped by whoever started it.
+    external: bool,
 }
 
 impl Registry {
@@ -334,6 +346,15 @@ impl Registry {
 
     fn start_with(extra: &[&str]) -> Registry {
         let dir = tempfile::Builder::new().prefix("scute-registry-").tempdir().unwrap();
+        // The VM test node has no cargo to build the test images with: its tests use the host's
+        // registry, filled with them (hack/vm.sh).
+        if let (Ok(addr), true) = (std::env::var("SCUTE_TEST_REGISTRY"), extra.is_empty()) {
+            return Registry {
+                dir,
+                addr,
+                external: true,
+            };
+        }
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let out = Command::new(repo_root().join("hack/registry.sh"))
@@ -349,12 +370,19 @@ impl Registry {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        Registry { dir, addr }
+        Registry {
+            dir,
+            addr,
+            external: false,
+        }
     }
 
     /// Fills the registry with the project's test images (images/build.sh: pause, busybox,
     /// httpd under their mirrored public names). build.sh serialises concurrent runs itself.
     pub fn push_test_images(&self) {
+        if self.external {
+            return;
+        }
         let out = Command::new(repo_root().join("images/build.sh"))
             .arg(&self.addr)
             .output()
@@ -367,6 +395,9 @@ impl Registry {
     }
 
     pub fn stop(&self) {
+        if self.external {
+            return;
+        }
         let out = Command::new(repo_root().join("hack/registry.sh"))
             .args(["stop", "--dir"])
             .arg(self.dir.path())
@@ -383,6 +414,9 @@ impl Registry {
 impl Registry {
     /// Stops the registry and removes its dir, for a registry that is never dropped (a static).
     pub fn shut_down(&self) {
+        if self.external {
+            return;
+        }
         let _ = Command::new(repo_root().join("hack/registry.sh"))
             .args(["stop", "--dir"])
             .arg(self.dir.path())
@@ -393,6 +427,9 @@ impl Registry {
 
 impl Drop for Registry {
     fn drop(&mut self) {
+        if self.external {
+            return;
+        }
         let _ = Command::new(repo_root().join("hack/registry.sh"))
             .args(["stop", "--dir"])
             .arg(self.dir.path())

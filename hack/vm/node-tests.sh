@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The VM test node's suites, run INSIDE the guest by `hack/vm.sh test` (systemd PID 1, pure
+# cgroup v2; the repo and the field's tools are shared at their host paths; the host's registry,
+# filled with the test images, is SCUTE_TEST_REGISTRY).
+#
+#   hack/vm/node-tests.sh [STEP...]      steps: facts service critest kubelet integration bench
+#                                        (default: all, in that order)
+#
+# scute runs as an operator installs it: the debug binaries the host just tested in
+# /usr/local/bin, contrib/systemd/scute.service as is, /etc/scute/config.toml with
+# cgroup_driver = "systemd". Prints each step's wall time at the end.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo_root"
+registry=${SCUTE_TEST_REGISTRY:?SCUTE_TEST_REGISTRY (the host registry with the test images) is required}
+tools=${SCUTE_TEST_TOOLS:-}
+[[ -n $tools ]] && export PATH=$tools:$PATH
+endpoint=unix:///run/scute/scute.sock
+
+log() { echo "node-tests: $*" >&2; }
+fail() {
+	log "FAIL: $*"
+	exit 1
+}
+
+timings=()
+step_name=""
+step_start=$SECONDS
+step() {
+	end_step
+	step_name=$*
+	step_start=$SECONDS
+	printf '\n==> [vm] %s\n' "$*" >&2
+}
+end_step() {
+	[[ -n $step_name ]] && timings+=("$(printf '%6ds  [vm] %s' $((SECONDS - step_start)) "$step_name")")
+	step_name=""
+}
+print_timings() {
+	end_step
+	printf '\n==> [vm] where the time went\n' >&2
+	printf '%s\n' "${timings[@]}" >&2
+}
+trap print_timings EXIT
+
+crictl() { command crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 60s "$@"; }
+
+# The newest test binary of tests/<name>.rs that cargo built on the host.
+test_binary() {
+	local found
+	found=$(find "$repo_root/target/debug/deps" -maxdepth 1 -type f -executable -name "$1-*" -printf '%T@ %p\n' |
+		sort -rn | head -n 1 | cut -d' ' -f2)
+	[[ -n $found ]] || fail "no test binary for tests/$1.rs in target/debug/deps (run cargo test --no-run on the host)"
+	echo "$found"
+}
+
+# Units scute made (container scopes, shim scopes), loaded or not.
+scute_units() { systemctl list-units --all --no-legend --plain 'scute-*.scope' | awk '{print $1}'; }
+
+wait_no_scute_units() {
+	for _ in $(seq 100); do
+		[[ -z $(scute_units) ]] && return 0
+		sleep 0.1
+	done
+	fail "scopes left after every pod was removed: $(scute_units | tr '\n' ' ')"
+}
+
+step_facts() {
+	step "node facts"
+	[[ $(cat /proc/1/comm) == systemd ]] || fail "PID 1 is $(cat /proc/1/comm), not systemd"
+	[[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]] || fail "/sys/fs/cgroup is not cgroup v2 only"
+	log "PID 1 systemd $(systemctl --version | head -n 1 | awk '{print $2}'), cgroup v2 ($(cat /sys/fs/cgroup/cgroup.controllers)), kernel $(uname -r)"
+}
+
+install_scute() {
+	install -m 0755 target/debug/scute target/debug/scute-shim /usr/local/bin/
+	install -m 0644 contrib/systemd/scute.service /etc/systemd/system/scute.service
+	mkdir -p /etc/scute
+	hack/mirrors.sh "$registry" /etc/scute/certs.d 2>/dev/null
+	cat >/etc/scute/config.toml <<-EOF
+		[runtime]
+		cgroup_driver = "systemd"
+
+		[registry]
+		config_path = "/etc/scute/certs.d"
+	EOF
+	systemctl daemon-reload
+	systemctl start scute
+	[[ -S /run/scute/scute.sock ]] || fail "scute.service is up but /run/scute/scute.sock is missing"
+}
+
+# A pod with one sleeping busybox container (crictl run); prints "<pod id> <container id>".
+run_pod() {
+	local dir
+	dir=$(mktemp -d)
+	cat >"$dir/pod.json" <<-EOF
+		{"metadata": {"name": "$1", "namespace": "vm", "uid": "$1-uid"}, "log_directory": "$dir/logs",
+		 "linux": {}}
+	EOF
+	cat >"$dir/ctr.json" <<-EOF
+		{"metadata": {"name": "main"}, "image": {"image": "registry.k8s.io/e2e-test-images/busybox:1.29-2"},
+		 "command": ["sleep", "3600"], "log_path": "main.log",
+		 "linux": {"resources": {"memory_limit_in_bytes": 67108864, "cpu_quota": 20000, "cpu_period": 100000}}}
+	EOF
+	local ctr pod
+	ctr=$(crictl run --with-pull "$dir/ctr.json" "$dir/pod.json")
+	pod=$(crictl ps -o json --id "$ctr" | python3 -c 'import json,sys; print(json.load(sys.stdin)["containers"][0]["podSandboxId"])')
+	rm -f "$dir"/*.json # (the logs stay until the throwaway guest goes)
+	echo "$pod $ctr"
+}
+
+step_service() {
+	step "scute.service with the systemd cgroup driver: scopes, limits, restart, teardown"
+	install_scute
+	log "scute.service active (MainPID $(systemctl show -p MainPID --value scute))"
+
+	read -r pod ctr < <(run_pod vm-svc)
+	local pid cgroup shim_pid shim_cgroup
+	pid=$(crictl inspect -o go-template --template '{{.info.pid}}' "$ctr")
+	cgroup=$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
+	[[ $cgroup == "/system.slice/scute-$ctr.scope" ]] || fail "container $ctr is in $cgroup, not /system.slice/scute-$ctr.scope"
+	[[ $(systemctl show -p Delegate --value "scute-$ctr.scope") == yes ]] || fail "scute-$ctr.scope is not Delegate=yes"
+	[[ $(cat "/sys/fs/cgroup$cgroup/memory.max") == 67108864 ]] || fail "memory.max is $(cat "/sys/fs/cgroup$cgroup/memory.max"), not 64 MiB"
+	[[ $(cat "/sys/fs/cgroup$cgroup/cpu.max") == "20000 100000" ]] || fail "cpu.max is $(cat "/sys/fs/cgroup$cgroup/cpu.max")"
+	# The container sees its own cgroup as / (a cgroup namespace).
+	[[ $(crictl exec "$ctr" cat /proc/self/cgroup) == "0::/" ]] || fail "the container does not see / as its cgroup"
+	shim_pid=$(pgrep -f "scute-shim --id $pod" | head -n 1)
+	shim_cgroup=$(sed -n 's/^0:://p' "/proc/$shim_pid/cgroup")
+	[[ $shim_cgroup == "/system.slice/scute-shim-${pod:0:32}.scope" ]] || fail "the shim is in $shim_cgroup, not a scope of its own"
+	log "container in $cgroup (memory.max 64 MiB, cpu.max 20000 100000, cgroupns /), shim in $shim_cgroup"
+
+	log "systemctl restart scute under a running pod"
+	systemctl restart scute
+	kill -0 "$pid" || fail "the container died with scute's restart"
+	kill -0 "$shim_pid" || fail "the shim died with scute's restart"
+	[[ $(crictl inspect -o go-template --template '{{.status.state}}' "$ctr") == CONTAINER_RUNNING ]] ||
+		fail "after the restart crictl does not see $ctr running"
+	[[ $(crictl exec "$ctr" echo alive) == alive ]] || fail "exec after the restart"
+
+	crictl stopp "$pod" >/dev/null
+	crictl rmp "$pod" >/dev/null
+	kill -0 "$shim_pid" 2>/dev/null && fail "the shim outlived its pod"
+	wait_no_scute_units
+	log "pod removed: no scute-*.scope left"
+}
+
+step_critest() {
+	step "critest against scute.service (systemd driver, cgroup v2)"
+	command -v critest >/dev/null || {
+		log "SKIPPED: critest not available (no ../shared/tools)"
+		return 0
+	}
+	CRITEST_ENDPOINT=$endpoint critest/run.sh
+	wait_no_scute_units
+}
+
+step_kubelet() {
+	step "kubelet suite (cgroupDriver: systemd, default failCgroupV1) on the test harness's own daemons"
+	[[ -x $tools/kubelet ]] || {
+		log "SKIPPED: no kubelet (no ../shared/tools)"
+		return 0
+	}
+	# The harness starts its own daemons: the service's pods would confuse nothing, but one
+	# runtime on a node is what a kubelet expects.
+	systemctl stop scute
+	SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary kubelet)" --test-threads 1 ${SCUTE_VM_KUBELET_TESTS:-}
+	wait_no_scute_units
+}
+
+step_integration() {
+	step "cgroup integration tests (systemd driver)"
+	local t
+	for t in ${SCUTE_VM_INTEGRATION:-container_update stats pod_metrics}; do
+		log "tests/$t.rs"
+		SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary "$t")" --test-threads 1
+	done
+	wait_no_scute_units
+}
+
+step_bench() {
+	step "benchmark: pod + container cycle in the VM"
+	systemctl is-active -q scute || systemctl start scute
+	local i start end
+	for i in 1 2 3 4 5; do
+		start=$(date +%s%N)
+		read -r pod _ < <(run_pod "vm-bench-$i")
+		crictl stopp "$pod" >/dev/null
+		crictl rmp "$pod" >/dev/null
+		end=$(date +%s%N)
+		echo "figure: [vm, systemd driver] pod + container cycle $i: $(((end - start) / 1000000)) ms" >&2
+	done
+	wait_no_scute_units
+}
+
+steps=("$@")
+((${#steps[@]})) || steps=(facts service critest kubelet integration bench)
+for s in "${steps[@]}"; do
+	"step_$s"
+done
+end_step
+log "all VM node steps passed"

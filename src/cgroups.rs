@@ -1,0 +1,236 @@
+//! Where pods and containers get their cgroups, for each cgroup driver.
+//!
+//! The OCI spec's `linux.cgroupsPath` takes the driver's form, and so do the store's records:
+//!
+//! - cgroupfs: a path, `<cgroup_parent>/scute-<id>` (`/kubepods/burstable/pod<uid>/scute-<id>`);
+//! - systemd: `<slice>:scute:<id>`, which libcontainer (youki's libcgroups) turns into the
+//!   transient unit `scute-<id>.scope` with `Delegate=yes` in the pod's slice, started through
+//!   systemd's D-Bus API (`kubepods-burstable-pod<uid>.slice:scute:<id>` is the cgroup
+//!   `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/scute-<id>.scope`).
+//!
+//! Whoever reads cgroup files (stats, cleanup) wants the cgroupfs path either way: [`dir`].
+
+use crate::config::CgroupDriver;
+
+/// The parent of pods the kubelet gave none (critest, crictl): every such pod shares it.
+pub const DEFAULT_CGROUPFS_PARENT: &str = "/scute";
+/// The systemd driver's default parent, as runc's (scopes in it need no slice of their own).
+pub const DEFAULT_SLICE: &str = "system.slice";
+/// The prefix of scute's cgroups: `scute-<id>` dirs, `scute-<id>.scope` units.
+const PREFIX: &str = "scute";
+
+/// The cgroups path of a pod member (pause or a container) with ID `id` under the kubelet's
+/// `cgroup_parent` (empty: the driver's default), in the driver's form. The parent must be the
+/// driver's kind: an absolute cgroupfs path, or a systemd slice name.
+pub fn member_path(driver: CgroupDriver, parent: &str, id: &str) -> Result<String, String> {
+    match driver {
+        CgroupDriver::Cgroupfs => {
+            let parent = if parent.is_empty() {
+                DEFAULT_CGROUPFS_PARENT
+            } else {
+                parent.trim_end_matches('/')
+            };
+            if !parent.starts_with('/') || parent.split('/').any(|c| c == "..") {
+                return Err(format!(
+                    "cgroup_parent {parent:?} must be an absolute cgroupfs path (the cgroupfs driver is configured)"
+                ));
+            }
+            Ok(format!("{parent}/{PREFIX}-{id}"))
+        }
+        CgroupDriver::Systemd => {
+            let slice = if parent.is_empty() { DEFAULT_SLICE } else { parent };
+            if expand_slice(slice).is_none() {
+                return Err(format!(
+                    "cgroup_parent {parent:?} must be a systemd slice name such as \
+                     kubepods-burstable-pod<uid>.slice (the systemd cgroup driver is configured)"
+                ));
+            }
+            Ok(format!("{slice}:{PREFIX}:{id}"))
+        }
+    }
+}
+
+/// The cgroups path of container `id`, beside the pod's pause (same parent, same form).
+pub fn sibling(pod_member: &str, id: &str) -> String {
+    match pod_member.split_once(':') {
+        Some((slice, _)) if !pod_member.starts_with('/') => format!("{slice}:{PREFIX}:{id}"),
+        _ => match pod_member.rsplit_once('/') {
+            Some((parent, _)) => format!("{parent}/{PREFIX}-{id}"),
+            None => format!("{DEFAULT_CGROUPFS_PARENT}/{PREFIX}-{id}"),
+        },
+    }
+}
+
+/// The cgroupfs path (below the hierarchy's root) of a cgroups path in either form.
+pub fn dir(cgroups_path: &str) -> String {
+    match systemd_parts(cgroups_path) {
+        Some((slice, prefix, name)) => {
+            let parent = expand_slice(slice).unwrap_or_default();
+            let unit = if name.ends_with(".slice") {
+                name.to_string()
+            } else {
+                format!("{prefix}-{name}.scope")
+            };
+            format!("{}/{unit}", parent.trim_end_matches('/'))
+        }
+        None => cgroups_path.to_string(),
+    }
+}
+
+/// The cgroupfs path of the parent a pod member is in (the pod's own cgroup when the kubelet
+/// gave one), or None under the driver's default parent, which every pod shares.
+pub fn pod_dir(pod_member: &str) -> Option<String> {
+    let (parent, _) = dir(pod_member)
+        .rsplit_once('/')
+        .map(|(p, n)| (p.to_string(), n.to_string()))?;
+    let shared = [
+        DEFAULT_CGROUPFS_PARENT.to_string(),
+        expand_slice(DEFAULT_SLICE).unwrap_or_default(),
+    ];
+    (!parent.is_empty() && !shared.contains(&parent)).then_some(parent)
+}
+
+/// Whether this path is in systemd's `slice:prefix:name` form.
+pub fn is_systemd(cgroups_path: &str) -> bool {
+    systemd_parts(cgroups_path).is_some()
+}
+
+fn systemd_parts(cgroups_path: &str) -> Option<(&str, &str, &str)> {
+    if cgroups_path.starts_with('/') {
+        return None;
+    }
+    let mut parts = cgroups_path.splitn(3, ':');
+    Some((parts.next()?, parts.next()?, parts.next()?))
+}
+
+/// systemd's slice naming: `a-b-c.slice` is the cgroup `/a.slice/a-b.slice/a-b-c.slice`, and
+/// `-.slice` the root. None for a name that is not a slice (systemd would refuse it too).
+pub fn expand_slice(slice: &str) -> Option<String> {
+    let name = slice.strip_suffix(".slice")?;
+    if name == "-" {
+        return Some("/".into());
+    }
+    if name.is_empty() || slice.contains('/') || slice.contains(':') {
+        return None;
+    }
+    let mut path = String::new();
+    let mut prefix = String::new();
+    for part in name.split('-') {
+        if part.is_empty() {
+            return None;
+        }
+        path.push_str(&format!("/{prefix}{part}.slice"));
+        prefix.push_str(&format!("{part}-"));
+    }
+    Some(path)
+}
+
+/// Whether systemd is this host's init (sd_booted(3): /run/systemd/system is a directory).
+pub fn systemd_booted() -> bool {
+    std::fs::symlink_metadata("/run/systemd/system").is_ok_and(|m| m.is_dir())
+}
+
+/// Whether /sys/fs/cgroup is the unified (cgroup v2 only) hierarchy.
+pub fn unified_only() -> bool {
+    nix::sys::statfs::statfs("/sys/fs/cgroup")
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
+/// Refuses a driver this host cannot serve, with what to do instead.
+pub fn check_driver(driver: CgroupDriver) -> Result<(), String> {
+    match driver {
+        CgroupDriver::Cgroupfs => Ok(()),
+        CgroupDriver::Systemd if !systemd_booted() => Err(
+            "runtime.cgroup_driver = \"systemd\" needs systemd as PID 1, and this host was not booted \
+             with systemd (no /run/systemd/system); use cgroup_driver = \"cgroupfs\""
+                .into(),
+        ),
+        CgroupDriver::Systemd if !unified_only() => Err(
+            "runtime.cgroup_driver = \"systemd\" needs the unified cgroup v2 hierarchy at /sys/fs/cgroup \
+             (boot with systemd.unified_cgroup_hierarchy=1), or use cgroup_driver = \"cgroupfs\""
+                .into(),
+        ),
+        CgroupDriver::Systemd => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_expand_as_systemd_names_them() {
+        assert_eq!(expand_slice("system.slice").unwrap(), "/system.slice");
+        assert_eq!(
+            expand_slice("kubepods-burstable-pod1a.slice").unwrap(),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a.slice"
+        );
+        assert_eq!(expand_slice("-.slice").unwrap(), "/");
+        for bad in [
+            "kubepods",
+            "a--b.slice",
+            "-a.slice",
+            ".slice",
+            "/kubepods.slice",
+            "a:b.slice",
+        ] {
+            assert_eq!(expand_slice(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn member_paths_take_the_drivers_form() {
+        let id = "abc";
+        assert_eq!(member_path(CgroupDriver::Cgroupfs, "", id).unwrap(), "/scute/scute-abc");
+        assert_eq!(
+            member_path(CgroupDriver::Cgroupfs, "/kubepods/pod1/", id).unwrap(),
+            "/kubepods/pod1/scute-abc"
+        );
+        assert!(member_path(CgroupDriver::Cgroupfs, "kubepods-pod1.slice", id)
+            .unwrap_err()
+            .contains("absolute cgroupfs path"));
+        assert!(member_path(CgroupDriver::Cgroupfs, "/a/../b", id).is_err());
+
+        let pod = member_path(CgroupDriver::Systemd, "kubepods-burstable-pod1.slice", id).unwrap();
+        assert_eq!(pod, "kubepods-burstable-pod1.slice:scute:abc");
+        assert_eq!(
+            member_path(CgroupDriver::Systemd, "", id).unwrap(),
+            "system.slice:scute:abc"
+        );
+        let err = member_path(CgroupDriver::Systemd, "/kubepods/burstable/pod1", id).unwrap_err();
+        assert!(err.contains("systemd slice name"), "{err}");
+    }
+
+    #[test]
+    fn containers_sit_beside_their_pause() {
+        assert_eq!(sibling("/kubepods/pod1/scute-p", "c"), "/kubepods/pod1/scute-c");
+        assert_eq!(
+            sibling("kubepods-pod1.slice:scute:p", "c"),
+            "kubepods-pod1.slice:scute:c"
+        );
+        assert_eq!(sibling("", "c"), "/scute/scute-c");
+    }
+
+    #[test]
+    fn dirs_are_where_the_files_are() {
+        assert_eq!(dir("/kubepods/pod1/scute-c"), "/kubepods/pod1/scute-c");
+        assert_eq!(
+            dir("kubepods-besteffort-pod1.slice:scute:c"),
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/scute-c.scope"
+        );
+        assert_eq!(dir("system.slice:scute:c"), "/system.slice/scute-c.scope");
+        assert!(is_systemd("system.slice:scute:c"));
+        assert!(!is_systemd("/scute/scute-c"));
+    }
+
+    #[test]
+    fn the_pods_own_cgroup_is_the_kubelets_parent_not_the_shared_default() {
+        assert_eq!(pod_dir("/kubepods/pod1/scute-c").as_deref(), Some("/kubepods/pod1"));
+        assert_eq!(pod_dir("/scute/scute-c"), None);
+        assert_eq!(
+            pod_dir("kubepods-pod1.slice:scute:c").as_deref(),
+            Some("/kubepods.slice/kubepods-pod1.slice")
+        );
+        assert_eq!(pod_dir("system.slice:scute:c"), None);
+    }
+}
