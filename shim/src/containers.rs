@@ -1039,6 +1039,16 @@ impl Containers {
             .filter(|s| (1..=libc::SIGRTMAX()).contains(s))
             .ok_or_else(|| ApiError::invalid(format!("invalid signal {signal}")))?;
         let stopped = matches!(entry.status, Status::Stopped(_));
+        if all && sig == libc::SIGKILL && !stopped {
+            if let Some(file) = crate::cgroup_kill::kill_file(id, entry.pid) {
+                match std::fs::write(&file, "1") {
+                    Ok(()) => return Ok(()),
+                    Err(e) => {
+                        tracing::warn!(id, file = %file.display(), error = %e, "cgroup.kill failed; signalling each process")
+                    }
+                }
+            }
+        }
         if all {
             // Every process in the container's cgroup (the freezer keeps them from forking away).
             let nsig = Signal::try_from(sig)

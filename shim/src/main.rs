@@ -9,6 +9,7 @@
 //! their exits in <state-dir>/exits/, and serves proto/shim/v1 on <state-dir>/shim.sock until a
 //! Shutdown. It is single-threaded: one poll loop (see server.rs), no async runtime.
 
+mod cgroup_kill;
 mod containers;
 mod exec;
 mod exits;
