@@ -2,7 +2,9 @@
 # Everything CI runs (.ci/run calls this). Needs root; installs its system packages itself.
 #
 #   hack/test.sh            lint, unit tests, integration tests (with the kubelet suite),
-#                           image kit end to end, critest
+#                           image kit end to end, critest, then the VM test node (hack/vm.sh
+#                           test: systemd PID 1, pure cgroup v2, the systemd cgroup driver)
+#   SCUTE_SKIP_VM=1 hack/test.sh      everything but the VM stage
 #
 # Integration tests start their own daemons and registries in temp dirs and remove them.
 # crictl, critest and kubelet come from ../shared/tools (no registry has them): installed with
@@ -96,5 +98,12 @@ trap print_timings EXIT
 step "CRI conformance: critest"
 # The debug build cargo test just built and tested (a release build would add minutes).
 SCUTE_PROFILE=debug critest/run.sh
+
+if [[ -n ${SCUTE_SKIP_VM:-} ]]; then
+	echo "test.sh: SCUTE_SKIP_VM is set: the VM test node stage is SKIPPED" >&2
+else
+	step "VM test node: Debian 12, systemd PID 1, pure cgroup v2, systemd cgroup driver (hack/vm.sh test)"
+	hack/vm.sh test
+fi
 
 step "all tests passed"

@@ -172,9 +172,10 @@ probe_accel() {
 	accel=tcg
 	[[ -w /dev/kvm ]] || return 0
 	local started=$SECONDS
-	if (timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -display none -no-reboot \
+	# (The braces keep bash's "Aborted" note about qemu's abort under a hanging KVM quiet.)
+	if { (timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -display none -no-reboot \
 		-kernel "$image/vmlinuz" -append "console=ttyS0 panic=-1 root=/dev/nonexistent" \
-		-serial null -monitor none) >/dev/null 2>&1; then
+		-serial null -monitor none >/dev/null); } 2>/dev/null; then
 		accel=kvm
 	fi
 	log "acceleration: $accel (KVM probe $((SECONDS - started)) s)"
@@ -195,7 +196,7 @@ boot() {
 		-drive "file=$run_dir/root.qcow2,if=virtio,format=qcow2,cache=unsafe,discard=unmap"
 		-netdev user,id=n0 -device virtio-net-pci,netdev=n0
 		-device virtio-rng-pci
-		-display none -no-reboot
+		-display none
 		-virtfs "local,path=$run_dir/share,mount_tag=scutevm,security_model=none"
 	)
 	[[ $accel == kvm ]] && args[5]=host
@@ -282,7 +283,7 @@ vm_test() {
 	"$repo_root/images/build.sh" "127.0.0.1:$port" >"$registry_dir/build.log" 2>&1 ||
 		{ tail -n 20 "$registry_dir/build.log" >&2; die "images/build.sh failed"; }
 	log "host registry 127.0.0.1:$port (10.0.2.2:$port in the guest) with the test images, $((SECONDS - started)) s"
-	local args=(--env "SCUTE_TEST_REGISTRY=10.0.2.2:$port")
+	local args=(--env "SCUTE_TEST_REGISTRY=10.0.2.2:$port" --env SCUTE_TEST_NO_BUILD=1)
 	if [[ -n ${SCUTE_TEST_TOOLS:-} ]]; then
 		args+=(--share "$SCUTE_TEST_TOOLS" --env "SCUTE_TEST_TOOLS=$SCUTE_TEST_TOOLS")
 	fi

@@ -38,7 +38,12 @@ pub fn member_path(driver: CgroupDriver, parent: &str, id: &str) -> Result<Strin
             Ok(format!("{parent}/{PREFIX}-{id}"))
         }
         CgroupDriver::Systemd => {
-            let slice = if parent.is_empty() { DEFAULT_SLICE } else { parent };
+            // The slice's name; a slice's cgroupfs path (critest's "/test.slice") names its last
+            // slice, as containerd and CRI-O read it.
+            let slice = match parent.trim_end_matches('/').rsplit('/').next() {
+                Some(name) if !name.is_empty() => name,
+                _ => DEFAULT_SLICE,
+            };
             if expand_slice(slice).is_none() {
                 return Err(format!(
                     "cgroup_parent {parent:?} must be a systemd slice name such as \
@@ -196,6 +201,11 @@ mod tests {
         assert_eq!(
             member_path(CgroupDriver::Systemd, "", id).unwrap(),
             "system.slice:scute:abc"
+        );
+        assert_eq!(member_path(CgroupDriver::Systemd, "/test.slice", id).unwrap(), "test.slice:scute:abc");
+        assert_eq!(
+            member_path(CgroupDriver::Systemd, "/kubepods.slice/kubepods-pod1.slice/", id).unwrap(),
+            "kubepods-pod1.slice:scute:abc"
         );
         let err = member_path(CgroupDriver::Systemd, "/kubepods/burstable/pod1", id).unwrap_err();
         assert!(err.contains("systemd slice name"), "{err}");

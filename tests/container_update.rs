@@ -228,7 +228,7 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     let id = pod.run(config).await;
     let (status, info) = pod.status(&id).await;
     assert_eq!(status.state(), api::ContainerState::ContainerRunning);
-    let cgroups_path = info["cgroupsPath"].as_str().unwrap().to_string();
+    let cgroups_path = scute::cgroups::dir(info["cgroupsPath"].as_str().unwrap());
     assert!(!cgroups_path.is_empty());
     let before = cgroup_limits(&cgroups_path);
     assert_eq!(before.0, (64 * MIB).to_string());

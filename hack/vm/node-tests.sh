@@ -4,7 +4,10 @@
 # filled with the test images, is SCUTE_TEST_REGISTRY).
 #
 #   hack/vm/node-tests.sh [STEP...]      steps: facts service critest kubelet integration bench
-#                                        (default: all, in that order)
+#                                        reboot (default: all, in that order)
+#
+# A step that passed is recorded in /var/lib/scute-vm-tests and not run again: `reboot` reboots
+# the guest, whose job unit then runs this script again to check what came back.
 #
 # scute runs as an operator installs it: the debug binaries the host just tested in
 # /usr/local/bin, contrib/systemd/scute.service as is, /etc/scute/config.toml with
@@ -77,6 +80,7 @@ install_scute() {
 	install -m 0755 target/debug/scute target/debug/scute-shim /usr/local/bin/
 	install -m 0644 contrib/systemd/scute.service /etc/systemd/system/scute.service
 	mkdir -p /etc/scute
+	printf 'runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n' "$endpoint" "$endpoint" >/etc/crictl.yaml
 	hack/mirrors.sh "$registry" /etc/scute/certs.d 2>/dev/null
 	cat >/etc/scute/config.toml <<-EOF
 		[runtime]
@@ -178,6 +182,42 @@ step_integration() {
 	wait_no_scute_units
 }
 
+# Pods through a reboot: they come back NotReady (their processes, netns and mounts are gone
+# with the old boot) and are removed without error or leftovers.
+step_reboot() {
+	step "reboot with a pod: it comes back NotReady and goes cleanly"
+	if [[ ! -e $state/reboot.ids ]]; then
+		systemctl is-active -q scute || systemctl start scute
+		systemctl enable -q scute
+		run_pod vm-reboot >"$state/reboot.ids"
+		log "pod $(cut -d' ' -f1 "$state/reboot.ids") running; rebooting"
+		sync
+		systemctl reboot
+		sleep infinity
+	fi
+	local pod ctr
+	read -r pod ctr <"$state/reboot.ids"
+	for _ in $(seq 300); do
+		[[ -S /run/scute/scute.sock ]] && break
+		sleep 0.2
+	done
+	systemctl is-active -q scute || fail "scute.service did not come up at boot: $(systemctl status scute --no-pager | tail -n 5)"
+	local pod_state ctr_state
+	pod_state=$(crictl inspectp -o go-template --template '{{.status.state}}' "$pod")
+	ctr_state=$(crictl inspect -o go-template --template '{{.status.state}}' "$ctr")
+	[[ $pod_state == SANDBOX_NOTREADY ]] || fail "after the reboot the pod is $pod_state"
+	[[ $ctr_state == CONTAINER_EXITED ]] || fail "after the reboot the container is $ctr_state"
+	log "after the reboot: pod $pod_state, container $ctr_state"
+	crictl stopp "$pod" >/dev/null || fail "StopPodSandbox after the reboot"
+	crictl rmp "$pod" >/dev/null || fail "RemovePodSandbox after the reboot"
+	wait_no_scute_units
+	local left
+	left=$(awk '$5 ~ "^/var/lib/scute/" || $5 ~ "^/run/scute/" {print $5}' /proc/self/mountinfo)
+	[[ -z $left ]] || fail "mounts left: $left"
+	[[ -z $(ls -A /run/scute/netns 2>/dev/null) ]] || fail "netns left: $(ls /run/scute/netns)"
+	log "removed: no scope, mount or netns left"
+}
+
 step_bench() {
 	step "benchmark: pod + container cycle in the VM"
 	systemctl is-active -q scute || systemctl start scute
@@ -193,10 +233,16 @@ step_bench() {
 	wait_no_scute_units
 }
 
+state=/var/lib/scute-vm-tests
+mkdir -p "$state"
 steps=("$@")
-((${#steps[@]})) || steps=(facts service critest kubelet integration bench)
+((${#steps[@]})) || steps=(facts service critest kubelet integration bench reboot)
 for s in "${steps[@]}"; do
+	if [[ -e $state/$s.done ]]; then
+		continue
+	fi
 	"step_$s"
+	: >"$state/$s.done"
 done
 end_step
 log "all VM node steps passed"
