@@ -116,7 +116,7 @@ build_image() {
 		}
 	cp "$tmp"/rootfs/boot/vmlinuz-* "$tmp/vmlinuz"
 	cp "$tmp"/rootfs/boot/initrd.img-* "$tmp/initrd.img"
-	mke2fs -q -t ext4 -L scute-vm -d "$tmp/rootfs" "$tmp/root.img" 8G
+	mke2fs -q -t ext4 -L scute-vm -d "$tmp/rootfs" "$tmp/root.img" 8G >&2
 	rm -rf --one-file-system "$tmp/rootfs"
 	# Older images go; a build in progress elsewhere (.build.*) is left alone.
 	find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name '.build.*' ! -path "$dir" -exec rm -rf {} +
@@ -254,7 +254,7 @@ run() {
 	kill "$tail_pid" 2>/dev/null || true
 	if [[ ! -f $run_dir/share/status ]]; then
 		log "the guest stopped without running the command to its end; console tail:"
-		tail -n 40 "$run_dir/console.log" >&2
+		tail -n 40 "$run_dir/console.log" >&2 2>/dev/null
 		die "no status from the guest"
 	fi
 	local status
@@ -291,8 +291,15 @@ vm_test() {
 	for e in SCUTE_VM_KUBELET_TESTS SCUTE_VM_INTEGRATION; do
 		[[ -n ${!e:-} ]] && args+=(--env "$e=${!e}")
 	done
-	local status=0
-	(run "${args[@]}" -- hack/vm/node-tests.sh ${SCUTE_VM_STEPS:-}) || status=$?
+	# (Not `(run ...) || status=$?`: errexit is off inside a `||` list, even in a subshell.)
+	set +e
+	# shellcheck disable=SC2086 # the step names
+	(
+		set -e
+		run "${args[@]}" -- hack/vm/node-tests.sh ${SCUTE_VM_STEPS:-}
+	)
+	local status=$?
+	set -e
 	log "VM stage: $((SECONDS - started)) s, status $status"
 	return "$status"
 }

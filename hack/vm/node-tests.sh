@@ -94,6 +94,12 @@ install_scute() {
 	[[ -S /run/scute/scute.sock ]] || fail "scute.service is up but /run/scute/scute.sock is missing"
 }
 
+# scute.service installed (once) and running.
+ensure_scute() {
+	[[ -e /etc/systemd/system/scute.service ]] || install_scute
+	systemctl is-active -q scute || systemctl start scute
+}
+
 # A pod with one sleeping busybox container (crictl run); prints "<pod id> <container id>".
 run_pod() {
 	local dir
@@ -155,6 +161,7 @@ step_critest() {
 		log "SKIPPED: critest not available (no ../shared/tools)"
 		return 0
 	}
+	ensure_scute
 	CRITEST_ENDPOINT=$endpoint critest/run.sh
 	wait_no_scute_units
 }
@@ -168,14 +175,19 @@ step_kubelet() {
 	# The harness starts its own daemons: the service's pods would confuse nothing, but one
 	# runtime on a node is what a kubelet expects.
 	systemctl stop scute
-	SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary kubelet)" --test-threads 1 ${SCUTE_VM_KUBELET_TESTS:-}
+	# Under TCG (a tenth of host speed) the whole suite would take hours: lifecycle, resources
+	# and OOM, probes, stats and restarts, the tests whose answers depend on the cgroup driver
+	# and hierarchy. SCUTE_VM_KUBELET_TESTS="" runs them all.
+	local tests=${SCUTE_VM_KUBELET_TESTS-a_pod_runs_ready requests_and_limits stats_summary pods_survive probes_drive}
+	# shellcheck disable=SC2086 # test name filters
+	SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary kubelet)" --test-threads 1 $tests
 	wait_no_scute_units
 }
 
 step_integration() {
 	step "cgroup integration tests (systemd driver)"
 	local t
-	for t in ${SCUTE_VM_INTEGRATION:-container_update stats pod_metrics}; do
+	for t in ${SCUTE_VM_INTEGRATION:-container_update}; do
 		log "tests/$t.rs"
 		SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary "$t")" --test-threads 1
 	done
@@ -187,7 +199,7 @@ step_integration() {
 step_reboot() {
 	step "reboot with a pod: it comes back NotReady and goes cleanly"
 	if [[ ! -e $state/reboot.ids ]]; then
-		systemctl is-active -q scute || systemctl start scute
+		ensure_scute
 		systemctl enable -q scute
 		run_pod vm-reboot >"$state/reboot.ids"
 		log "pod $(cut -d' ' -f1 "$state/reboot.ids") running; rebooting"
@@ -219,18 +231,25 @@ step_reboot() {
 }
 
 step_bench() {
-	step "benchmark: pod + container cycle in the VM"
-	systemctl is-active -q scute || systemctl start scute
-	local i start end
-	for i in 1 2 3 4 5; do
-		start=$(date +%s%N)
-		read -r pod _ < <(run_pod "vm-bench-$i")
-		crictl stopp "$pod" >/dev/null
-		crictl rmp "$pod" >/dev/null
-		end=$(date +%s%N)
-		echo "figure: [vm, systemd driver] pod + container cycle $i: $(((end - start) / 1000000)) ms" >&2
+	step "benchmark: pod + container cycle in the VM, each cgroup driver"
+	ensure_scute
+	local driver i start end
+	for driver in systemd cgroupfs; do
+		sed -i "s/^cgroup_driver = .*/cgroup_driver = \"$driver\"/" /etc/scute/config.toml
+		systemctl restart scute
+		for i in 1 2 3 4 5; do
+			start=$(date +%s%N)
+			read -r pod _ < <(run_pod "vm-bench-$driver-$i")
+			crictl stopp "$pod" >/dev/null
+			crictl rmp "$pod" >/dev/null
+			end=$(date +%s%N)
+			echo "figure: [vm, TCG, $driver driver] run pod + create/start container + stop + remove, cycle $i: $(((end - start) / 1000000)) ms" >&2
+		done
 	done
+	sed -i 's/^cgroup_driver = .*/cgroup_driver = "systemd"/' /etc/scute/config.toml
+	systemctl restart scute
 	wait_no_scute_units
+	[[ -z $(ls -A /sys/fs/cgroup/scute 2>/dev/null) ]] || fail "cgroupfs pods left cgroups: $(ls /sys/fs/cgroup/scute)"
 }
 
 state=/var/lib/scute-vm-tests
