@@ -202,7 +202,10 @@ mod tests {
             member_path(CgroupDriver::Systemd, "", id).unwrap(),
             "system.slice:scute:abc"
         );
-        assert_eq!(member_path(CgroupDriver::Systemd, "/test.slice", id).unwrap(), "test.slice:scute:abc");
+        assert_eq!(
+            member_path(CgroupDriver::Systemd, "/test.slice", id).unwrap(),
+            "test.slice:scute:abc"
+        );
         assert_eq!(
             member_path(CgroupDriver::Systemd, "/kubepods.slice/kubepods-pod1.slice/", id).unwrap(),
             "kubepods-pod1.slice:scute:abc"

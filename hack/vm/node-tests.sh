@@ -162,7 +162,8 @@ step_critest() {
 		return 0
 	}
 	ensure_scute
-	CRITEST_ENDPOINT=$endpoint critest/run.sh
+	# shellcheck disable=SC2086 # extra critest flags, e.g. --ginkgo.focus=OOM
+	CRITEST_ENDPOINT=$endpoint critest/run.sh ${SCUTE_VM_CRITEST_ARGS:-}
 	wait_no_scute_units
 }
 

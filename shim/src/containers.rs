@@ -129,8 +129,8 @@ struct Entry {
     /// Its output (to the log file, if it has one, and to attached sessions), when it has pipes
     /// or a terminal.
     log: Option<ContainerLog>,
-    /// Its memory cgroup's OOM kill counter file and the count at creation.
-    oom: Option<(PathBuf, u64)>,
+    /// Its memory cgroup's OOM kill counter.
+    oom: Option<oom::OomWatch>,
     /// Its stdin, when created with one (a pipe's write end, or the terminal's master).
     stdin: Option<Input>,
     /// The first attach session that ends its input closes stdin.
@@ -195,6 +195,8 @@ pub enum Source {
     Stdin(String),
     /// An ExecStream's stdin, with input waiting to be written.
     StreamStdin(u64),
+    /// A container's memory.events changed (cgroup v2).
+    Oom(String),
 }
 
 pub struct Containers {
@@ -452,11 +454,8 @@ impl Containers {
             terminal: opts.tty,
         });
         // init is in its cgroups already (libcontainer's intermediate process joined them first).
-        let oom = oom::counter_path(pid).map(|p| {
-            let base = oom::kills(&p).unwrap_or(0);
-            (p, base)
-        });
-        tracing::info!(id, pid, ?bundle, log = %opts.log_path, stdin = opts.stdin, tty = opts.tty, oom_counter = ?oom.as_ref().map(|o| &o.0), "container created");
+        let oom = oom::OomWatch::new(pid);
+        tracing::info!(id, pid, ?bundle, log = %opts.log_path, stdin = opts.stdin, tty = opts.tty, oom_counter = ?oom.as_ref().map(|o| o.path()), "container created");
         self.table.insert(
             id.to_owned(),
             Entry {
@@ -900,6 +899,9 @@ impl Containers {
             if let Some(fd) = e.stdin.as_ref().and_then(|i| i.pending_fd()) {
                 out.push((Source::Stdin(id.clone()), fd, libc::POLLOUT));
             }
+            if let (Status::Created | Status::Running, Some(fd)) = (&e.status, e.oom.as_ref().and_then(|o| o.fd())) {
+                out.push((Source::Oom(id.clone()), fd, libc::POLLPRI));
+            }
         }
         for x in &self.execs {
             for (i, c) in x.out.iter().enumerate() {
@@ -926,6 +928,11 @@ impl Containers {
         // For a stdin: its reader is gone (a pipe's read end closed, a terminal's slave closed).
         let gone = revents & (libc::POLLHUP | libc::POLLERR) != 0;
         match source {
+            Source::Oom(id) => {
+                if let Some(watch) = self.table.get_mut(id).and_then(|e| e.oom.as_mut()) {
+                    watch.refresh();
+                }
+            }
             Source::Log(id, i) => {
                 let Containers { table, outbox, .. } = self;
                 if let Some(Entry {
@@ -1231,12 +1238,9 @@ impl Containers {
         }
         entry.stdin = None;
         entry.tty = None;
-        // The kernel's OOM killer sends SIGKILL; the cgroup is still there (removed at delete).
-        let oom_killed = exit_code == 128 + libc::SIGKILL
-            && entry
-                .oom
-                .as_ref()
-                .is_some_and(|(path, base)| oom::kills(path).is_some_and(|n| n > *base));
+        // The kernel's OOM killer sends SIGKILL. The counter: as last seen, or read now (cgroupfs
+        // keeps the cgroup until delete; systemd may have removed the scope already).
+        let oom_killed = exit_code == 128 + libc::SIGKILL && entry.oom.as_mut().is_some_and(|w| w.killed());
         let record = ExitRecord {
             exit_code,
             finished_at_ns,

@@ -1,12 +1,85 @@
 //! OOM kills of a container: its memory cgroup counts them (`oom_kill N` in memory.oom_control on
 //! cgroup v1, in memory.events on v2). The shim finds the file when the container is created (from
 //! its init's /proc/<pid>/cgroup and the shim's mountinfo), remembers the count then, and on an exit
-//! by SIGKILL reads it again, before the cgroup is removed.
+//! by SIGKILL reads it again.
+//!
+//! On v2 the file is also kept open and polled: the kernel wakes pollers of memory.events
+//! (POLLPRI) at each change, so the kill is counted when it happens. That matters with systemd's
+//! cgroup driver, where systemd removes a container's scope, counter and all, as soon as its last
+//! process is gone — often before the shim has reaped the exit.
 
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
+/// A container's OOM kill counter: its file, the count at creation and the highest seen since.
+#[derive(Debug)]
+pub struct OomWatch {
+    path: PathBuf,
+    /// memory.events, open for polling (v2 only); dropped once the cgroup is gone.
+    file: Option<File>,
+    base: u64,
+    seen: u64,
+}
+
+impl OomWatch {
+    /// The watch of the memory cgroup `pid` is in, if it has a counter.
+    pub fn new(pid: i32) -> Option<OomWatch> {
+        let path = counter_path(pid)?;
+        let file = path
+            .ends_with("memory.events")
+            .then(|| File::open(&path).ok())
+            .flatten();
+        let base = kills(&path).unwrap_or(0);
+        Some(OomWatch {
+            path,
+            file,
+            base,
+            seen: base,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The descriptor to poll for POLLPRI, while the cgroup exists.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.file.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The counter changed (or the cgroup went): read it through the open file, which also
+    /// re-arms the poll.
+    pub fn refresh(&mut self) {
+        let Some(file) = self.file.as_mut() else { return };
+        let mut text = String::new();
+        match file
+            .seek(SeekFrom::Start(0))
+            .and_then(|_| file.read_to_string(&mut text))
+        {
+            Ok(_) => {
+                if let Some(n) = parse_kills(&text) {
+                    self.seen = self.seen.max(n);
+                }
+            }
+            // Removed with its cgroup (ENODEV): nothing more to watch.
+            Err(_) => self.file = None,
+        }
+    }
+
+    /// Whether the OOM killer killed a process of the cgroup since its creation.
+    pub fn killed(&mut self) -> bool {
+        self.refresh();
+        if let Some(n) = kills(&self.path) {
+            self.seen = self.seen.max(n);
+        }
+        self.seen > self.base
+    }
+}
+
 /// The counter file of the memory cgroup `pid` is in, if it has one.
-pub fn counter_path(pid: i32) -> Option<PathBuf> {
+fn counter_path(pid: i32) -> Option<PathBuf> {
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     find_counter(&cgroup, &mountinfo).into_iter().find(|p| p.is_file())
@@ -82,7 +155,7 @@ fn unescape(s: &str) -> String {
 }
 
 /// The `oom_kill` count in a memory.oom_control or memory.events file.
-pub fn kills(path: &Path) -> Option<u64> {
+fn kills(path: &Path) -> Option<u64> {
     parse_kills(&std::fs::read_to_string(path).ok()?)
 }
 

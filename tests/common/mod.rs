@@ -462,7 +462,11 @@ pub fn ensure_shim_built() {
         // The VM test node has the host's binaries and no cargo.
         if std::env::var_os("SCUTE_TEST_NO_BUILD").is_some() {
             let shim = Path::new(SCUTE).with_file_name("scute-shim");
-            assert!(shim.is_file(), "SCUTE_TEST_NO_BUILD is set but {} is missing", shim.display());
+            assert!(
+                shim.is_file(),
+                "SCUTE_TEST_NO_BUILD is set but {} is missing",
+                shim.display()
+            );
             return;
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
