@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::kubelet::{container_id, container_status, Node};
+use common::kubelet::{container_id, container_status, figure, Node};
 use common::pod::BUSYBOX;
 use scute::api;
 use serde_json::{json, Value};
@@ -335,6 +335,20 @@ async fn init_containers_run_in_order_and_volumes_are_shared() {
     );
 }
 
+/// cgroup v2's cpu.weight for cgroup v1 cpu.shares, the quadratic fit runc 1.3.2 introduced
+/// (opencontainers/cgroups#20): keeps 2 → 1, 1024 → 100 and 262144 → 10000.
+fn runc_weight(shares: u64) -> u64 {
+    if shares <= 2 {
+        return 1;
+    }
+    if shares >= 262_144 {
+        return 10_000;
+    }
+    let l = (shares as f64).log2();
+    let exponent = (l * l + 125.0 * l) / 612.0 - 7.0 / 34.0;
+    (10f64.powf(exponent).ceil() as u64).clamp(1, 10_000)
+}
+
 /// A value from the cgroup of a process (v1: the controller's hierarchy; v2: the unified one).
 fn cgroup_value(pid: i32, controller: &str, file: &str) -> String {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -440,12 +454,15 @@ async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
                 format!("{quota} 100000")
             };
             assert_eq!(cpu_max, expected, "{name}");
-            if class == "Guaranteed" {
-                // One container: its shares are the pod's, so its weight must be what the kubelet
-                // wrote for the pod cgroup (the same shares-to-weight conversion).
-                let pod_weight = std::fs::read_to_string(format!("/sys/fs/cgroup{pod_cgroup}cpu.weight")).unwrap();
-                assert_eq!(cgroup_value(pid, "", "cpu.weight"), pod_weight.trim(), "{name}");
-            }
+            // cpu.weight from the shares by runc's conversion (runc 1.3.2+, libcgroups, as
+            // containerd and CRI-O nodes get it): 1024 shares are weight 100.
+            let weight = cgroup_value(pid, "", "cpu.weight");
+            assert_eq!(weight, runc_weight(shares.parse().unwrap()).to_string(), "{name}");
+            let pod_weight = std::fs::read_to_string(format!("/sys/fs/cgroup{pod_cgroup}cpu.weight")).unwrap();
+            figure(&format!(
+                "{class}: container cpu.weight {weight} for {shares} shares; the kubelet's pod cgroup {}",
+                pod_weight.trim()
+            ));
         }
     }
 

@@ -186,11 +186,13 @@ step_kubelet() {
 }
 
 step_integration() {
-	step "cgroup integration tests (systemd driver)"
-	local t
+	step "cgroup integration tests, each driver on cgroup v2"
+	local t driver
 	for t in ${SCUTE_VM_INTEGRATION:-container_update}; do
-		log "tests/$t.rs"
-		SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary "$t")" --test-threads 1
+		for driver in systemd cgroupfs; do
+			log "tests/$t.rs, $driver driver"
+			SCUTE_TEST_CGROUP_DRIVER=$driver "$(test_binary "$t")" --test-threads 1
+		done
 	done
 	wait_no_scute_units
 }
