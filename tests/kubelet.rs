@@ -689,8 +689,21 @@ async fn stats_summary_agrees_with_the_cgroups() {
         }));
         let pod = node.wait_phase(&name, "Running", START).await;
         let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
-        // Until the variable is filled and some CPU time is counted.
-        tokio::time::sleep(Duration::from_secs(6)).await;
+        // Until the variable is filled (the shell holds it: its RSS passes 16 MB; seconds on the
+        // host, longer on the VM node) and some CPU time is counted.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let rss_kb: u64 = proc_status(pid, "VmRSS").trim_end_matches(" kB").parse().unwrap();
+            if rss_kb * 1024 > 16_000_000 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the container never filled its 16 MB (RSS {rss_kb} kB)"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
 
         let summary = node.stats_summary().await;
         let cpu = summary_value(&summary, &name, &["cpu", "usageCoreNanoSeconds"]);
