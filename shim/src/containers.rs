@@ -131,6 +131,9 @@ struct Entry {
     log: Option<ContainerLog>,
     /// Its memory cgroup's OOM kill counter.
     oom: Option<oom::OomWatch>,
+    /// The shim was asked to SIGKILL it (a stop or a delete): a SIGKILL exit then is not the OOM
+    /// killer's unless its own counter says so.
+    sigkill_sent: bool,
     /// Its stdin, when created with one (a pipe's write end, or the terminal's master).
     stdin: Option<Input>,
     /// The first attach session that ends its input closes stdin.
@@ -465,6 +468,7 @@ impl Containers {
                 started_at_ns: 0,
                 log,
                 oom,
+                sigkill_sent: false,
                 stdin,
                 stdin_once: opts.stdin && opts.stdin_once,
                 tty: tty_master,
@@ -1046,6 +1050,7 @@ impl Containers {
             .filter(|s| (1..=libc::SIGRTMAX()).contains(s))
             .ok_or_else(|| ApiError::invalid(format!("invalid signal {signal}")))?;
         let stopped = matches!(entry.status, Status::Stopped(_));
+        entry.sigkill_sent |= sig == libc::SIGKILL;
         if all && sig == libc::SIGKILL && !stopped {
             if let Some(file) = crate::cgroup_kill::kill_file(id, entry.pid) {
                 match std::fs::write(&file, "1") {
@@ -1101,6 +1106,7 @@ impl Containers {
         };
         let dir = self.root.join(id);
         if !matches!(entry.status, Status::Stopped(_)) {
+            entry.sigkill_sent = true;
             let pid = entry.pid;
             let killed = in_helper(&format!("killing container {id}"), &[self.log_fd], || {
                 Container::load(dir.clone())
@@ -1240,7 +1246,8 @@ impl Containers {
         entry.tty = None;
         // The kernel's OOM killer sends SIGKILL. The counter: as last seen, or read now (cgroupfs
         // keeps the cgroup until delete; systemd may have removed the scope already).
-        let oom_killed = exit_code == 128 + libc::SIGKILL && entry.oom.as_mut().is_some_and(|w| w.killed());
+        let sigkill_sent = entry.sigkill_sent;
+        let oom_killed = exit_code == 128 + libc::SIGKILL && entry.oom.as_mut().is_some_and(|w| w.killed(sigkill_sent));
         let record = ExitRecord {
             exit_code,
             finished_at_ns,
@@ -1966,6 +1973,7 @@ mod tests {
             started_at_ns: 0,
             log: None,
             oom: None,
+            sigkill_sent: false,
             stdin: None,
             stdin_once: false,
             tty: None,
@@ -2003,6 +2011,7 @@ mod tests {
                 terminal: false,
             }),
             oom: None,
+            sigkill_sent: false,
             stdin: Some(Input::new(in_w, false)),
             stdin_once,
             tty: None,

@@ -7,6 +7,13 @@
 //! (POLLPRI) at each change, so the kill is counted when it happens. That matters with systemd's
 //! cgroup driver, where systemd removes a container's scope, counter and all, as soon as its last
 //! process is gone — often before the shim has reaped the exit.
+//!
+//! Polling still loses that race at times (on a slow node systemd can remove the scope between
+//! the kernel's wake-up and the shim's read: containerd and CRI-O lose it too and skip critest's
+//! OOM spec with systemd's driver). So the watch also remembers the parent's count (the pod's
+//! slice, which outlives its containers): memory.events is hierarchical, and when the container's
+//! own cgroup is gone unread, a kill counted in the parent since the container's creation, for a
+//! container that died of a SIGKILL nobody asked the shim for, was the OOM killer's.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -21,6 +28,8 @@ pub struct OomWatch {
     file: Option<File>,
     base: u64,
     seen: u64,
+    /// The parent's memory.events (v2) and its count at creation.
+    parent: Option<(PathBuf, u64)>,
 }
 
 impl OomWatch {
@@ -32,11 +41,17 @@ impl OomWatch {
             .then(|| File::open(&path).ok())
             .flatten();
         let base = kills(&path).unwrap_or(0);
+        let parent = file
+            .is_some()
+            .then(|| path.parent()?.parent().map(|d| d.join("memory.events")))
+            .flatten()
+            .and_then(|p| kills(&p).map(|n| (p, n)));
         Some(OomWatch {
             path,
             file,
             base,
             seen: base,
+            parent,
         })
     }
 
@@ -68,11 +83,22 @@ impl OomWatch {
         }
     }
 
-    /// Whether the OOM killer killed a process of the cgroup since its creation.
-    pub fn killed(&mut self) -> bool {
+    /// Whether the OOM killer killed a process of the cgroup since its creation. `sigkill_sent`:
+    /// the shim itself SIGKILLed the container (a stop), so a kill in the parent was not its own.
+    pub fn killed(&mut self, sigkill_sent: bool) -> bool {
         self.refresh();
-        if let Some(n) = kills(&self.path) {
-            self.seen = self.seen.max(n);
+        match kills(&self.path) {
+            Some(n) => self.seen = self.seen.max(n),
+            // Removed before the shim could count the kill (systemd's driver): the parent's count.
+            None if self.seen == self.base && !sigkill_sent => {
+                if let Some((parent, base)) = &self.parent {
+                    if kills(parent).is_some_and(|n| n > *base) {
+                        tracing::info!(cgroup = %self.path.display(), parent = %parent.display(), "cgroup gone before its OOM counter was read; the parent's counter rose");
+                        return true;
+                    }
+                }
+            }
+            None => {}
         }
         self.seen > self.base
     }
@@ -200,6 +226,34 @@ mod tests {
             vec![PathBuf::from("/mnt/cg x/c/memory.events")]
         );
         assert!(find_counter("0::/other/c\n", mi).is_empty());
+    }
+
+    #[test]
+    fn parent_counts_when_the_cgroup_is_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let own = tmp.path().join("c/memory.events");
+        let parent = tmp.path().join("memory.events");
+        std::fs::create_dir(tmp.path().join("c")).unwrap();
+        std::fs::write(&own, "oom 0\noom_kill 0\n").unwrap();
+        std::fs::write(&parent, "oom 2\noom_kill 2\n").unwrap();
+        let watch = |own: &Path| OomWatch {
+            path: own.to_owned(),
+            file: None,
+            base: 0,
+            seen: 0,
+            parent: Some((parent.clone(), 2)),
+        };
+        // Its own counter, while it exists, decides (a sibling's kill is not its own).
+        std::fs::write(&parent, "oom 3\noom_kill 3\n").unwrap();
+        assert!(!watch(&own).killed(false));
+        std::fs::write(&own, "oom 1\noom_kill 1\n").unwrap();
+        assert!(watch(&own).killed(true));
+        // Gone unread: the parent's rise, unless the shim sent the SIGKILL itself.
+        std::fs::remove_dir_all(tmp.path().join("c")).unwrap();
+        assert!(watch(&own).killed(false));
+        assert!(!watch(&own).killed(true));
+        std::fs::write(&parent, "oom 2\noom_kill 2\n").unwrap();
+        assert!(!watch(&own).killed(false));
     }
 
     #[test]
