@@ -9,11 +9,13 @@
 //! their exits in <state-dir>/exits/, and serves proto/shim/v1 on <state-dir>/shim.sock until a
 //! Shutdown. It is single-threaded: one poll loop (see server.rs), no async runtime.
 
+mod api_error;
 mod cgroup_kill;
 mod containers;
 mod exec;
 mod exits;
 mod frame;
+mod helper;
 mod logs;
 mod memory;
 mod oom;

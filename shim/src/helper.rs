@@ -1,0 +1,204 @@
+//! The fork helper: libcontainer's work runs in a short-lived forked child of the shim, never in
+//! the shim itself (its code and heap stay out of the long-lived shim, a panic in it cannot take
+//! the shim down), and answers over a pipe.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::api_error::ApiError;
+use crate::exits::exit_of;
+use crate::pb::ErrorCode;
+
+/// How long one libcontainer operation may take before its helper is killed.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(90);
+/// Longest error message a helper sends back (the pipe must hold the whole answer).
+const MAX_HELPER_MESSAGE: usize = 16 << 10;
+
+/// What a helper sends back: the result, JSON, in one write to a pipe.
+#[derive(Serialize, Deserialize)]
+enum HelperAnswer<T> {
+    Ok(T),
+    Err { code: i32, message: String },
+}
+
+/// Runs `f` (libcontainer work) in a forked child of the shim and returns its result. The shim is
+/// single-threaded, so the child is a faithful copy; it exits right after answering. The child
+/// keeps only stdio, its answer pipe and `keep` open.
+pub(crate) fn in_helper<T, F>(what: &str, keep: &[RawFd], f: F) -> Result<T, ApiError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Result<T, ApiError>,
+{
+    let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| ApiError::internal(format!("{what}: pipe: {e}")))?;
+    match unsafe { fork() } {
+        Err(e) => Err(ApiError::internal(format!("{what}: fork: {e}"))),
+        Ok(ForkResult::Child) => {
+            drop(rx);
+            // The shim's sockets and signalfd must not live on in what libcontainer starts (a
+            // created container's init keeps its descriptors until it execs, maybe long after
+            // the shim is gone, and would keep the shim's socket answering connects).
+            let mut keep = keep.to_vec();
+            keep.push(tx.as_raw_fd());
+            close_fds_except(&keep);
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"shim-helper".as_ptr(), 0, 0, 0) };
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+                Err(ApiError::internal(format!(
+                    "{what}: libcontainer panicked (see shim.log)"
+                )))
+            });
+            let answer = match result {
+                Ok(v) => HelperAnswer::Ok(v),
+                Err(mut e) => {
+                    if e.message.len() > MAX_HELPER_MESSAGE {
+                        let mut cut = MAX_HELPER_MESSAGE;
+                        while !e.message.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        e.message.truncate(cut);
+                    }
+                    HelperAnswer::Err {
+                        code: e.code as i32,
+                        message: e.message,
+                    }
+                }
+            };
+            let body = serde_json::to_vec(&answer).unwrap_or_default();
+            let _ = File::from(tx).write_all(&body);
+            // No destructors, no atexit handlers: this is a copy of the shim.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(tx);
+            let status = wait_helper(child, what);
+            // Only after the helper exited: processes it started (a created container's init,
+            // waiting for its start) may still hold the pipe's write end, so EOF may never come.
+            read_available(rx)
+                .ok()
+                .filter(|b| !b.is_empty())
+                .and_then(|b| serde_json::from_slice::<HelperAnswer<T>>(&b).ok())
+                .map(|answer| match answer {
+                    HelperAnswer::Ok(v) => Ok(v),
+                    HelperAnswer::Err { code, message } => Err(ApiError::new(
+                        ErrorCode::try_from(code).unwrap_or(ErrorCode::Internal),
+                        message,
+                    )),
+                })
+                .unwrap_or_else(|| {
+                    Err(ApiError::internal(format!(
+                        "{what}: libcontainer helper ended without an answer ({status:?}); see shim.log"
+                    )))
+                })
+        }
+    }
+}
+
+/// Waits for a helper, killing it after HELPER_TIMEOUT. Only this pid: other children are the
+/// event loop's to reap.
+fn wait_helper(child: Pid, what: &str) -> Option<WaitStatus> {
+    let deadline = Instant::now() + HELPER_TIMEOUT;
+    let mut nap = Duration::from_micros(100);
+    let mut killed = false;
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+            Ok(status) if exit_of(status).is_some() => return Some(status),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "waiting for the libcontainer helper");
+                return None;
+            }
+        }
+        if !killed && Instant::now() >= deadline {
+            tracing::error!(what, "libcontainer helper timed out, killing it");
+            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+            killed = true;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(5));
+    }
+}
+
+fn close_fds_except(keep: &[RawFd]) {
+    let fds: Vec<RawFd> = match fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+        Err(_) => return,
+    };
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+fn read_available(rx: OwnedFd) -> std::io::Result<Vec<u8>> {
+    nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&rx),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )?;
+    let mut f = File::from(rx);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(out),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helper_answers() {
+        if !crate::test_support::alone("helper::tests::helper_answers") {
+            return;
+        }
+        assert_eq!(in_helper("t", &[], || Ok(42u32)).unwrap(), 42);
+        let e = in_helper::<(), _>("t", &[], || {
+            Err(ApiError::new(ErrorCode::AlreadyExists, "x".repeat(100_000)))
+        })
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::AlreadyExists);
+        assert_eq!(e.message.len(), MAX_HELPER_MESSAGE);
+        let e = in_helper::<(), _>("t", &[], || panic!("boom")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert!(e.message.contains("panicked"), "{}", e.message);
+        let e = in_helper::<(), _>("t", &[], || unsafe { libc::_exit(3) }).unwrap_err();
+        assert!(e.message.contains("without an answer"), "{}", e.message);
+    }
+
+    #[test]
+    fn helper_answer_does_not_wait_for_its_descendants() {
+        if !crate::test_support::alone("helper::tests::helper_answer_does_not_wait_for_its_descendants") {
+            return;
+        }
+        // A grandchild that keeps the pipe's write end open (as a created container's init does)
+        // must not hold up the answer.
+        let started = Instant::now();
+        let v = in_helper("t", &[], || {
+            if let Ok(ForkResult::Child) = unsafe { fork() } {
+                std::thread::sleep(Duration::from_secs(3));
+                unsafe { libc::_exit(0) }
+            }
+            Ok(7u8)
+        })
+        .unwrap();
+        assert_eq!(v, 7);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}
