@@ -204,7 +204,8 @@ pub async fn serve(config: Config) -> Result<()> {
 /// store, `content/` and `snapshots/` 0700 by theirs.
 fn secure_root(root: &Path, store: &Store) -> Result<()> {
     use crate::container::record::ContainerRecord;
-    use crate::sandbox::{files, record::SandboxRecord, userns};
+    use crate::oci::userns;
+    use crate::sandbox::{files, record::SandboxRecord};
 
     // A pod with its own user namespace: its root's host gid, which may pass its dirs.
     let mut pod_gids: HashMap<String, Option<u32>> = HashMap::new();

@@ -20,6 +20,7 @@ pub mod image;
 pub mod keyed_lock;
 pub mod logging;
 pub mod metrics;
+pub mod oci;
 pub mod sandbox;
 pub mod server;
 pub mod shim_client;

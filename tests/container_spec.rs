@@ -1,5 +1,5 @@
 //! What a user observes inside busybox containers, for each part of the OCI spec scute builds
-//! (src/container/spec.rs, user.rs, seccomp.rs): command/args merging, env, users and groups,
+//! (src/oci/): command/args merging, env, users and groups,
 //! bind mounts and propagation, the pod's /etc files, masked and read-only paths, capabilities,
 //! seccomp, a read-only rootfs, cgroup resources and OOM kills, and log rotation. Every test runs
 //! its own daemon, registry and pod, and checks after StopPodSandbox + RemovePodSandbox that no

@@ -6,7 +6,7 @@
 //! takes them, so a slow reader (or a 32 MiB exec answer) does not hold up the loop.
 //!
 //! A connection whose ExecStream or Attach succeeded becomes a session (and serves no request
-//! again): SessionInput frames from it go to containers.rs, SessionOutput frames that containers.rs
+//! again): SessionInput frames from it go to containers/, SessionOutput frames that containers/
 //! produces are queued on it. A session's output queue is bounded: an exec's output is read only
 //! as far as its session takes it (the process waits), an attach session more than
 //! SESSION_MAX_QUEUED behind is closed (a container never waits for a session). After the exit

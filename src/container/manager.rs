@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use super::events::Events;
 use super::record::{container_name, ContainerRecord, ContainerState};
-use super::spec::{container_spec, ContainerSpec};
 use crate::api;
 use crate::config::{Config, DefaultSeccomp};
 use crate::handover::Unclaimed;
 use crate::image::{ImageError, ImageManager};
 use crate::keyed_lock::{KeyedGuard, KeyedLocks};
+use crate::oci::{container_spec, ContainerSpec};
 use crate::sandbox::files;
 use crate::sandbox::manager::{clamp_oom_score_adj, SandboxError, SandboxManager, PAUSE_ID};
 use crate::sandbox::record::SandboxState;
@@ -462,7 +462,7 @@ impl ContainerManager {
             .and_then(|s| s.namespace_options.clone())
             .unwrap_or_default();
         // Checked when the pod was made.
-        let userns = crate::sandbox::userns::pod_user_namespace(&ns).ok().flatten();
+        let userns = crate::oci::userns::pod_user_namespace(&ns).ok().flatten();
         files::create_private_dir(&dir, userns.map(|pod| pod.gids.host_id))
             .map_err(failed("creating the container directory"))?;
         let mut staged = None;
@@ -820,7 +820,7 @@ impl ContainerManager {
         };
         validate_resources("UpdateContainerResources", &resources)?;
         let oci =
-            super::spec::update_resources(&resources).map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
+            crate::oci::update_resources(&resources).map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
         let _lock = self.id_locks.lock(&id).await;
         let mut record = self.refresh(self.get(&id)?).await?;
         if record.state != ContainerState::Exited {
@@ -1089,7 +1089,7 @@ fn signal_number(name: &str) -> Option<i32> {
 /// user namespace.
 fn stage_idmapped_volumes(
     config: &api::ContainerConfig,
-    pod: &crate::sandbox::userns::PodUserNs,
+    pod: &crate::oci::userns::PodUserNs,
     dir: &std::path::Path,
     userns: &std::fs::File,
 ) -> Result<Option<api::ContainerConfig>, ContainerError> {
@@ -1100,7 +1100,7 @@ fn stage_idmapped_volumes(
     {
         return Ok(None);
     }
-    let same = |maps: &[api::IdMapping], range: &crate::sandbox::userns::IdRange| matches!(maps, [m] if m.container_id == range.container_id && m.host_id == range.host_id && m.length == range.length);
+    let same = |maps: &[api::IdMapping], range: &crate::oci::userns::IdRange| matches!(maps, [m] if m.container_id == range.container_id && m.host_id == range.host_id && m.length == range.length);
     let mut staged = config.clone();
     for (i, mount) in staged.mounts.iter_mut().enumerate() {
         if mount.uid_mappings.is_empty() && mount.gid_mappings.is_empty() {

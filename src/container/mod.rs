@@ -4,7 +4,4 @@
 pub mod events;
 pub mod manager;
 pub mod record;
-pub mod seccomp;
-pub mod spec;
 pub mod streams;
-pub mod user;

@@ -24,14 +24,14 @@ use super::cni::{AttachRequest, CniManager, PortMapping};
 use super::files;
 use super::netns::NetNs;
 use super::record::{sandbox_name, SandboxRecord, SandboxState};
-use super::userns;
+use super::spec::{pause_spec, SandboxSpec};
 use crate::api;
 use crate::cgroups::DEFAULT_CGROUPFS_PARENT;
 use crate::config::Config;
-use crate::container::spec::{pause_spec, SandboxSpec};
 use crate::handover::Unclaimed;
 use crate::image::{Credentials, ImageError, ImageManager};
 use crate::keyed_lock::KeyedLocks;
+use crate::oci::userns;
 use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError, SpawnOptions};
 use crate::store::{self, Kind, Store};
 

@@ -6,4 +6,4 @@ pub mod files;
 pub mod manager;
 pub mod netns;
 pub mod record;
-pub mod userns;
+pub mod spec;

@@ -23,9 +23,9 @@ use nix::errno::Errno;
 use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 
-use super::spec::SpecError;
+use super::SpecError;
 use crate::api;
-use crate::sandbox::userns::PodUserNs;
+use crate::oci::userns::PodUserNs;
 
 /// A user-database line longer than this is not a user entry (skipped, never buffered whole).
 const MAX_LINE: usize = 64 << 10;
@@ -667,7 +667,7 @@ mod tests {
     /// In a pod with its own user namespace, ids the namespace does not map are refused.
     #[test]
     fn ids_outside_the_pods_user_namespace_are_refused() {
-        use crate::sandbox::userns::IdRange;
+        use crate::oci::userns::IdRange;
         let r = rootfs();
         let p = r.path();
         let range = IdRange {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::spec::SpecError;
+use super::SpecError;
 use crate::api;
 use crate::api::security_profile::ProfileType;
 

@@ -1,0 +1,107 @@
+//! OCI runtime specs (config.json) that the shim hands to libcontainer, built below the sandbox
+//! and container managers: a pod container's spec in parts (process and user, mounts, devices,
+//! capabilities, resources, seccomp, namespaces), each a function of the request; the pause
+//! container's spec lives with the sandbox code (`sandbox::spec`) and uses the shared parts here.
+
+mod capabilities;
+mod container;
+mod devices;
+mod mounts;
+mod namespaces;
+mod resources;
+pub mod seccomp;
+pub mod user;
+pub mod userns;
+
+#[cfg(test)]
+mod tests;
+
+pub use container::{container_spec, process_args, security_warnings, ContainerSpec};
+pub use resources::update_resources;
+
+use std::path::{Component, Path};
+
+use serde_json::{json, Value};
+
+use crate::oci::userns::IdRange;
+
+/// runc's defaults: paths a container must not read or write through.
+pub const DEFAULT_MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+pub const DEFAULT_READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The request cannot be honoured as given (InvalidArgument).
+    #[error("{0}")]
+    Invalid(String),
+    /// The host is not in a state the request needs (a mount source that cannot be created,
+    /// a propagation the host mount does not allow, no pause process).
+    #[error("{0}")]
+    Host(String),
+}
+
+pub(crate) fn id_mapping(range: &IdRange) -> Value {
+    json!({"containerID": range.container_id, "hostID": range.host_id, "size": range.length})
+}
+
+/// `uid[:gid]` of an image USER; names need the image's /etc/passwd, which the sandbox image
+/// has no business needing.
+pub(crate) fn numeric_user(user: &str) -> Result<(u32, u32), SpecError> {
+    if user.is_empty() {
+        return Ok((0, 0));
+    }
+    let (u, g) = user.split_once(':').unwrap_or((user, ""));
+    let uid: u32 = u
+        .parse()
+        .map_err(|_| SpecError::Invalid(format!("sandbox image USER {user:?} must be numeric (uid[:gid])")))?;
+    let gid: u32 = if g.is_empty() {
+        0
+    } else {
+        g.parse()
+            .map_err(|_| SpecError::Invalid(format!("sandbox image USER {user:?} must be numeric (uid[:gid])")))?
+    };
+    Ok((uid, gid))
+}
+
+/// The PATH a container gets when its image sets none.
+pub const DEFAULT_PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+pub(crate) fn or_defaults(given: &[String], defaults: &[&str]) -> Vec<String> {
+    if given.is_empty() {
+        defaults.iter().map(|p| p.to_string()).collect()
+    } else {
+        given.to_vec()
+    }
+}
+
+/// `/a//b/./c/../d/` → `/a/b/d` (lexically, like Go's filepath.Clean).
+pub(crate) fn clean_absolute(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::Normal(p) => parts.push(p.to_str().unwrap_or_default()),
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+pub(crate) fn cgroup2() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}

@@ -1,0 +1,400 @@
+//! A container's mounts: the defaults (proc, dev, sys, cgroup), the pod's files, the CRI mounts
+//! with their propagation checked against the host's mount table.
+
+use std::collections::HashSet;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::container::ContainerSpec;
+use super::{cgroup2, clean_absolute, SpecError};
+use crate::api;
+use crate::api::MountPropagation;
+
+/// A bind mount before its source is checked: the kubelet's, or one of the pod's files.
+pub(super) struct BindMount {
+    pub(super) destination: String,
+    pub(super) source: PathBuf,
+    pub(super) readonly: bool,
+    pub(super) recursive_readonly: bool,
+    pub(super) propagation: MountPropagation,
+    /// A CRI mount whose missing source is created; the pod's files are skipped when missing.
+    pub(super) create: bool,
+    pub(super) extra_options: &'static [&'static str],
+}
+
+/// The default mounts, then the kubelet's and the pod's bind mounts sorted by depth (a parent
+/// before what is mounted under it); a bind mount replaces a default at the same destination,
+/// and a /dev mount all defaults under /dev. Returns the mounts and the rootfs propagation
+/// that rshared/rslave binds need (`private` when none does), spelled the OCI way
+/// (`shared`/`slave`/`private`: libcontainer always applies it recursively and refuses runc's
+/// `rshared`/`rslave`).
+pub(super) fn container_mounts(
+    s: &ContainerSpec<'_>,
+    sc: &api::LinuxContainerSecurityContext,
+    privileged: bool,
+) -> Result<(Vec<Value>, Option<&'static str>), SpecError> {
+    let mut binds = Vec::new();
+    for m in &s.config.mounts {
+        binds.push(cri_mount(m)?);
+    }
+    let supplied: HashSet<String> = binds.iter().map(|b| b.destination.clone()).collect();
+    for (destination, file) in [
+        ("/etc/hostname", "hostname"),
+        ("/etc/hosts", "hosts"),
+        ("/etc/resolv.conf", "resolv.conf"),
+    ] {
+        let source = s.sandbox_dir.join(file);
+        if !supplied.contains(destination) && source.exists() {
+            binds.push(BindMount {
+                destination: destination.into(),
+                source,
+                readonly: sc.readonly_rootfs,
+                recursive_readonly: false,
+                propagation: MountPropagation::PropagationPrivate,
+                create: false,
+                extra_options: &[],
+            });
+        }
+    }
+    if !supplied.contains("/dev/shm") {
+        let source = if s.host_ipc {
+            PathBuf::from("/dev/shm")
+        } else {
+            s.sandbox_dir.join("shm")
+        };
+        if source.exists() {
+            binds.push(BindMount {
+                destination: "/dev/shm".into(),
+                source,
+                readonly: false,
+                recursive_readonly: false,
+                propagation: MountPropagation::PropagationPrivate,
+                create: false,
+                extra_options: &["nosuid", "noexec", "nodev"],
+            });
+        }
+    }
+    binds.sort_by_key(|b| b.destination.matches('/').count());
+    let destinations: HashSet<&str> = binds.iter().map(|b| b.destination.as_str()).collect();
+
+    let sys_mode = if privileged { "rw" } else { "ro" };
+    let defaults = [
+        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", sys_mode]}),
+    ];
+    let mut mounts: Vec<Value> = defaults
+        .into_iter()
+        .chain(cgroup_mounts(&s.cgroups_path, sys_mode))
+        .filter(|m| {
+            let d = m["destination"].as_str().unwrap_or_default();
+            let under_supplied_dev = destinations.contains("/dev") && d.starts_with("/dev/");
+            let under_supplied_cgroup = destinations.contains("/sys/fs/cgroup") && d.starts_with("/sys/fs/cgroup/");
+            !(destinations.contains(d) || under_supplied_dev || under_supplied_cgroup)
+        })
+        .collect();
+
+    // libcontainer 0.7 drops the propagation options of a mount (its open_tree/move_mount path
+    // never sets one): a bind inherits the propagation its source has in the container's mount
+    // namespace, which is what rootfsPropagation makes of the host's mounts. Its default there
+    // is rslave, which would make every "rprivate" bind a slave that receives the host's later
+    // mounts; "private" keeps them private while no bind asks for more.
+    let mut rootfs_propagation = Some("private");
+    let mut mountinfo: Option<Vec<MountInfo>> = None;
+    for b in binds {
+        if b.create && std::fs::metadata(&b.source).is_err() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&b.source)
+                .map_err(|e| SpecError::Host(format!("creating mount source {}: {e}", b.source.display())))?;
+        }
+        let source = std::fs::canonicalize(&b.source)
+            .map_err(|e| SpecError::Host(format!("resolving mount source {}: {e}", b.source.display())))?;
+        let mut options = vec!["rbind"];
+        match b.propagation {
+            MountPropagation::PropagationPrivate => options.push("rprivate"),
+            MountPropagation::PropagationBidirectional => {
+                ensure_propagation(&source, true, mountinfo.get_or_insert_with(read_mountinfo))?;
+                options.push("rshared");
+                rootfs_propagation = Some("shared");
+            }
+            MountPropagation::PropagationHostToContainer => {
+                ensure_propagation(&source, false, mountinfo.get_or_insert_with(read_mountinfo))?;
+                options.push("rslave");
+                if rootfs_propagation != Some("shared") {
+                    rootfs_propagation = Some("slave");
+                }
+            }
+        }
+        options.push(match (b.readonly, b.recursive_readonly) {
+            (true, true) => "rro",
+            (true, false) => "ro",
+            (false, _) => "rw",
+        });
+        options.extend_from_slice(b.extra_options);
+        mounts.push(json!({"destination": b.destination, "type": "bind", "source": source, "options": options}));
+    }
+    Ok((mounts, rootfs_propagation))
+}
+
+/// The v1 controllers libcontainer's cgroupfs manager puts a container in (libcgroups
+/// `v1::CONTROLLERS`): a hierarchy with one of them holds the container at its cgroups path.
+pub(super) const LIBCONTAINER_V1_CONTROLLERS: &[&str] = &[
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "hugetlb",
+    "memory",
+    "pids",
+    "perf_event",
+    "blkio",
+    "net_prio",
+    "net_cls",
+    "freezer",
+];
+
+/// The container's /sys/fs/cgroup, read-only unless `mode` is "rw" (privileged).
+///
+/// cgroup v2: a `cgroup` mount, which libcontainer mounts as cgroup2 in the container's cgroup
+/// namespace. cgroup v1 and hybrid hosts: a tmpfs and one bind mount per v1 hierarchy of the
+/// container's own cgroup there — the layout libcontainer would emulate for a `cgroup` mount,
+/// spelled out because libcontainer 0.7's emulation (`mount_cgroup_v1`) binds every hierarchy
+/// read-write whatever the options say (a container could raise its own memory limit), and
+/// looks its cgroups up in /proc/<its PID in its own PID namespace> of the host's procfs: for a
+/// container in its pod's PID namespace that is some unrelated host process, and the creation
+/// fails when the host has no process with that number.
+pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str) -> Vec<Value> {
+    if cgroup2() {
+        return vec![json!({
+            "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+            "options": ["nosuid", "noexec", "nodev", "relatime", mode],
+        })];
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // The shim (and so a container, in a hierarchy libcontainer leaves alone) is in the daemon's
+    // cgroups: it inherits them.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let links: Vec<(String, String)> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?;
+            let target = target.file_name()?.to_string_lossy().into_owned();
+            Some((e.file_name().to_string_lossy().into_owned(), target))
+        })
+        .collect();
+    cgroup_v1_mounts(cgroups_path, mode, &mountinfo, &own, &links)
+}
+
+/// `cgroup_mounts` on a v1 host, from the daemon's mountinfo and /proc/self/cgroup and the
+/// symlinks of the host's /sys/fs/cgroup (`cpu` → `cpu,cpuacct`; bound as directories).
+pub(super) fn cgroup_v1_mounts(
+    cgroups_path: &str,
+    mode: &str,
+    mountinfo: &str,
+    own_cgroup: &str,
+    links: &[(String, String)],
+) -> Vec<Value> {
+    let mut mounts = vec![json!({
+        "destination": "/sys/fs/cgroup", "type": "tmpfs", "source": "tmpfs",
+        "options": ["nosuid", "noexec", "nodev", "mode=755"],
+    })];
+    let mut seen = HashSet::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        if left.len() < 5 || right.len() < 3 || right[0] != "cgroup" {
+            continue;
+        }
+        let mountpoint = PathBuf::from(unescape_mountinfo(left[4]));
+        if mountpoint.parent() != Some(Path::new("/sys/fs/cgroup")) {
+            continue;
+        }
+        let Some(name) = mountpoint.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        let options: Vec<&str> = right[2].split(',').collect();
+        let managed = options.iter().any(|o| LIBCONTAINER_V1_CONTROLLERS.contains(o));
+        let root = unescape_mountinfo(left[3]);
+        let path = if managed {
+            // libcgroups joins the cgroups path to the mount point, whatever the mount's root.
+            format!("{}{}", root.trim_end_matches('/'), cgroups_path)
+        } else {
+            // Another hierarchy (name=systemd, misc, …): the cgroup the container inherits.
+            let found = own_cgroup.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+                (!controllers.is_empty() && controllers.split(',').any(|c| options.contains(&c)))
+                    .then(|| path.to_string())
+            });
+            match found {
+                Some(p) => p,
+                None => continue,
+            }
+        };
+        let below = if root == "/" {
+            Some(path.as_str())
+        } else {
+            path.strip_prefix(root.as_str())
+                .filter(|r| r.is_empty() || r.starts_with('/'))
+        };
+        let Some(below) = below else {
+            continue;
+        };
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let below = below.trim_start_matches('/');
+        let source = if below.is_empty() {
+            mountpoint.clone()
+        } else {
+            mountpoint.join(below)
+        };
+        let names = std::iter::once(name.clone()).chain(
+            links
+                .iter()
+                .filter(|(_, target)| *target == name)
+                .map(|(link, _)| link.clone()),
+        );
+        for n in names {
+            mounts.push(json!({
+                "destination": format!("/sys/fs/cgroup/{n}"), "type": "bind", "source": source,
+                "options": ["rbind", "rprivate", "nosuid", "noexec", "nodev", mode],
+            }));
+        }
+    }
+    mounts
+}
+
+pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
+    if !m.container_path.starts_with('/') {
+        return Err(SpecError::Invalid(format!(
+            "mount container_path {:?} must be an absolute path",
+            m.container_path
+        )));
+    }
+    let destination = clean_absolute(&m.container_path);
+    if m.host_path.is_empty() {
+        return Err(SpecError::Invalid(if m.image.is_some() {
+            format!("image volume mount at {destination} is not supported")
+        } else {
+            format!("mount at {destination} has no host_path")
+        }));
+    }
+    if !m.host_path.starts_with('/') {
+        return Err(SpecError::Invalid(format!(
+            "mount host_path {:?} must be an absolute path",
+            m.host_path
+        )));
+    }
+    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
+        return Err(SpecError::Invalid(format!(
+            "mount at {destination}: idmapped mounts need the pod's own user namespace"
+        )));
+    }
+    let propagation = MountPropagation::try_from(m.propagation).unwrap_or(MountPropagation::PropagationPrivate);
+    if m.recursive_read_only {
+        if !m.readonly {
+            return Err(SpecError::Invalid(format!(
+                "mount at {destination}: recursive read-only conflicts with a read-write mount"
+            )));
+        }
+        if propagation != MountPropagation::PropagationPrivate {
+            return Err(SpecError::Invalid(format!(
+                "mount at {destination}: recursive read-only needs private propagation"
+            )));
+        }
+    }
+    Ok(BindMount {
+        destination,
+        source: PathBuf::from(&m.host_path),
+        readonly: m.readonly,
+        recursive_readonly: m.recursive_read_only,
+        propagation,
+        create: true,
+        extra_options: &[],
+    })
+}
+
+/// One line of /proc/self/mountinfo, the parts propagation checks need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MountInfo {
+    pub(super) mountpoint: PathBuf,
+    /// Optional fields: `shared:N`, `master:N`, `propagate_from:N`, `unbindable`.
+    pub(super) optional: Vec<String>,
+}
+
+pub(super) fn read_mountinfo() -> Vec<MountInfo> {
+    parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+pub(super) fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() < 7 {
+                return None;
+            }
+            let optional = fields[6..]
+                .iter()
+                .take_while(|f| **f != "-")
+                .map(|f| f.to_string())
+                .collect();
+            Some(MountInfo {
+                mountpoint: PathBuf::from(unescape_mountinfo(fields[4])),
+                optional,
+            })
+        })
+        .collect()
+}
+
+/// Undoes the kernel's octal escapes (`\040` for a space, …).
+pub(super) fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let v = (bytes[i + 1] - b'0') as u32 * 64 + (bytes[i + 2] - b'0') as u32 * 8 + (bytes[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// containerd's ensureShared / ensureSharedOrSlave: the host mount holding `path` must
+/// propagate to the container (shared; or a slave, for HOST_TO_CONTAINER).
+pub(super) fn ensure_propagation(path: &Path, shared_only: bool, mounts: &[MountInfo]) -> Result<(), SpecError> {
+    let mount = mounts
+        .iter()
+        .filter(|m| path.starts_with(&m.mountpoint))
+        .max_by_key(|m| m.mountpoint.components().count())
+        .ok_or_else(|| SpecError::Host(format!("no mount found holding {}", path.display())))?;
+    let ok = mount
+        .optional
+        .iter()
+        .any(|o| o.starts_with("shared:") || (!shared_only && o.starts_with("master:")));
+    if ok {
+        return Ok(());
+    }
+    Err(SpecError::Host(format!(
+        "path {} is mounted on {} but it is not a shared{} mount",
+        path.display(),
+        mount.mountpoint.display(),
+        if shared_only { "" } else { " or slave" }
+    )))
+}
