@@ -15,7 +15,7 @@ use crate::config::{Config, DefaultSeccomp};
 use crate::handover::Unclaimed;
 use crate::image::{ImageError, ImageManager};
 use crate::keyed_lock::{KeyedGuard, KeyedLocks};
-use crate::oci::{container_spec, ContainerSpec};
+use crate::oci::{container_spec, ContainerSpec, HostFacts, SpecError};
 use crate::sandbox::files;
 use crate::sandbox::manager::{clamp_oom_score_adj, SandboxError, SandboxManager, PAUSE_ID};
 use crate::sandbox::record::SandboxState;
@@ -44,6 +44,8 @@ pub enum ContainerError {
     Image(#[from] ImageError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
 }
 
 fn failed(what: &str) -> impl FnOnce(std::io::Error) -> ContainerError + '_ {
@@ -62,6 +64,8 @@ pub struct ContainerManager {
     name_locks: KeyedLocks,
     id_locks: KeyedLocks,
     events: Events,
+    /// The host's cgroup layout and scute's capabilities, for every container's spec.
+    host: HostFacts,
     /// Held while a state change that sends an event is stored and sent, so a container's events
     /// go out in order and its exit is reported once, whoever notices it first.
     transitions: tokio::sync::Mutex<()>,
@@ -84,6 +88,7 @@ impl ContainerManager {
             name_locks: KeyedLocks::default(),
             id_locks: KeyedLocks::default(),
             events: Events::default(),
+            host: HostFacts::gather(),
             transitions: tokio::sync::Mutex::new(()),
             unclaimed: Default::default(),
         }
@@ -504,8 +509,8 @@ impl ContainerManager {
             userns,
             cgroups_path: record.cgroups_path.clone(),
             oom_score_adj_floor: clamp_oom_score_adj(-1000),
-        })
-        .map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
+            host: &self.host,
+        })?;
         if let Some(user) = spec.process().as_ref().map(|p| p.user()) {
             let mut groups = vec![user.gid()];
             groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
@@ -819,8 +824,7 @@ impl ContainerManager {
             return Ok(());
         };
         validate_resources("UpdateContainerResources", &resources)?;
-        let oci =
-            crate::oci::update_resources(&resources).map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
+        let oci = crate::oci::update_resources(&resources, &self.host)?;
         let _lock = self.id_locks.lock(&id).await;
         let mut record = self.refresh(self.get(&id)?).await?;
         if record.state != ContainerState::Exited {

@@ -2,9 +2,8 @@
 //! itself holds (a set the runtime lacks cannot be granted).
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 
-use super::SpecError;
+use super::{HostFacts, SpecError};
 use crate::api;
 
 /// Every capability oci-spec (and Linux 5.9+) knows, in bit order: the index is the number.
@@ -70,18 +69,6 @@ pub const DEFAULT_CAPABILITIES: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
-/// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`).
-pub(super) fn last_cap() -> usize {
-    static LAST: OnceLock<usize> = OnceLock::new();
-    *LAST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse::<usize>().ok())
-            .unwrap_or(ALL_CAPABILITIES.len() - 1)
-            .min(ALL_CAPABILITIES.len() - 1)
-    })
-}
-
 /// `NET_ADMIN`, `net_admin` or `CAP_NET_ADMIN` → its number.
 pub(super) fn cap_index(name: &str) -> Result<usize, SpecError> {
     let upper = name.trim().to_ascii_uppercase();
@@ -94,18 +81,6 @@ pub(super) fn cap_index(name: &str) -> Result<usize, SpecError> {
         .iter()
         .position(|c| *c == full)
         .ok_or_else(|| SpecError::Invalid(format!("unknown capability {name:?}")))
-}
-
-/// The capabilities scute itself holds (its effective set, as containerd's `cap.Current()`), of
-/// those this kernel knows: a container cannot be given more (capset fails), so this is what
-/// "ALL" and privileged mean. Every known one when /proc/self/status cannot be read.
-#[cfg_attr(test, allow(dead_code))]
-pub(super) fn held_capabilities() -> &'static BTreeSet<usize> {
-    static HELD: OnceLock<BTreeSet<usize>> = OnceLock::new();
-    HELD.get_or_init(|| {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        held_from_status(&status, last_cap())
-    })
 }
 
 /// The capabilities in the `CapEff:` mask of /proc/<pid>/status text, up to `last`; every one
@@ -128,21 +103,10 @@ pub(super) fn held_from_status(status: &str, last: usize) -> BTreeSet<usize> {
 pub(super) fn capabilities(
     sc: &api::LinuxContainerSecurityContext,
     privileged: bool,
+    host: &HostFacts,
 ) -> Result<(BTreeSet<usize>, BTreeSet<usize>), SpecError> {
-    // Unit tests need not run as root: they see a runtime holding every capability.
-    #[cfg(test)]
-    let held = &(0..=last_cap()).collect();
-    #[cfg(not(test))]
-    let held = held_capabilities();
-    capabilities_with(sc, privileged, held)
-}
-
-pub(super) fn capabilities_with(
-    sc: &api::LinuxContainerSecurityContext,
-    privileged: bool,
-    held: &BTreeSet<usize>,
-) -> Result<(BTreeSet<usize>, BTreeSet<usize>), SpecError> {
-    let supported: BTreeSet<usize> = (0..=last_cap()).collect();
+    let supported = host.supported_caps();
+    let held = &host.held_caps;
     let requested = sc.capabilities.clone().unwrap_or_default();
     let is_all = |n: &String| n.trim().eq_ignore_ascii_case("ALL");
     let mut set = BTreeSet::new();

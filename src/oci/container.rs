@@ -13,7 +13,9 @@ use super::devices::container_devices;
 use super::mounts::container_mounts;
 use super::namespaces::container_namespaces;
 use super::resources::linux_resources;
-use super::{or_defaults, seccomp, user, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS};
+use super::{
+    or_defaults, seccomp, user, HostFacts, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS,
+};
 use crate::api;
 use crate::image::record::ImageConfig;
 use crate::oci::userns::PodUserNs;
@@ -55,6 +57,8 @@ pub struct ContainerSpec<'a> {
     pub cgroups_path: String,
     /// The daemon's own oom_score_adj: a container cannot ask for less (no CAP_SYS_RESOURCE).
     pub oom_score_adj_floor: i32,
+    /// The host's cgroup layout and scute's capabilities, gathered when the daemon started.
+    pub host: &'a HostFacts,
 }
 
 /// The OCI spec of a pod's container. Host side effects: a missing host_path of a CRI mount is
@@ -82,7 +86,7 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
     let env = container_env(s.image, &s.config.envs, &env_hostname(s.sandbox));
     let cwd = working_dir(s.config, s.image)?;
     let user = user::resolve(&s.rootfs, Some(sc), &s.image.user, s.userns.as_ref())?;
-    let (caps, ambient) = capabilities(sc, privileged)?;
+    let (caps, ambient) = capabilities(sc, privileged, s.host)?;
     let cap_names: Vec<&str> = caps.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
     let ambient_names: Vec<&str> = ambient.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
     let (mounts, rootfs_propagation) = container_mounts(s, sc, privileged)?;
@@ -122,7 +126,7 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
     let mut linux = json!({
         "namespaces": namespaces,
         "cgroupsPath": s.cgroups_path,
-        "resources": linux_resources(resources, device_rules),
+        "resources": linux_resources(resources, device_rules, s.host),
         "devices": devices,
         "maskedPaths": masked,
         "readonlyPaths": readonly,

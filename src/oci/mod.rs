@@ -1,11 +1,14 @@
 //! OCI runtime specs (config.json) that the shim hands to libcontainer, built below the sandbox
 //! and container managers: a pod container's spec in parts (process and user, mounts, devices,
-//! capabilities, resources, seccomp, namespaces), each a function of the request; the pause
-//! container's spec lives with the sandbox code (`sandbox::spec`) and uses the shared parts here.
+//! capabilities, resources, seccomp, namespaces), each a function of the request and the host's
+//! facts (`HostFacts`, gathered once at start, so unit tests pin a cgroup v1 or v2 host); the
+//! pause container's spec lives with the sandbox code (`sandbox::spec`) and uses the shared parts
+//! here.
 
 mod capabilities;
 mod container;
 mod devices;
+mod host;
 mod mounts;
 mod namespaces;
 mod resources;
@@ -17,6 +20,7 @@ pub mod userns;
 mod tests;
 
 pub use container::{container_spec, process_args, security_warnings, ContainerSpec};
+pub use host::{HostFacts, V1Cgroups};
 pub use resources::update_resources;
 
 use std::path::{Component, Path};
@@ -100,8 +104,4 @@ pub(crate) fn clean_absolute(path: &str) -> String {
         }
     }
     format!("/{}", parts.join("/"))
-}
-
-pub(crate) fn cgroup2() -> bool {
-    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::container::ContainerSpec;
-use super::{cgroup2, clean_absolute, SpecError};
+use super::{clean_absolute, HostFacts, SpecError};
 use crate::api;
 use crate::api::MountPropagation;
 
@@ -89,7 +89,7 @@ pub(super) fn container_mounts(
     ];
     let mut mounts: Vec<Value> = defaults
         .into_iter()
-        .chain(cgroup_mounts(&s.cgroups_path, sys_mode))
+        .chain(cgroup_mounts(&s.cgroups_path, sys_mode, s.host))
         .filter(|m| {
             let d = m["destination"].as_str().unwrap_or_default();
             let under_supplied_dev = destinations.contains("/dev") && d.starts_with("/dev/");
@@ -169,28 +169,15 @@ pub(super) const LIBCONTAINER_V1_CONTROLLERS: &[&str] = &[
 /// looks its cgroups up in /proc/<its PID in its own PID namespace> of the host's procfs: for a
 /// container in its pod's PID namespace that is some unrelated host process, and the creation
 /// fails when the host has no process with that number.
-pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str) -> Vec<Value> {
-    if cgroup2() {
+pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str, host: &HostFacts) -> Vec<Value> {
+    if host.cgroup2 {
         return vec![json!({
             "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
             "options": ["nosuid", "noexec", "nodev", "relatime", mode],
         })];
     }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    // The shim (and so a container, in a hierarchy libcontainer leaves alone) is in the daemon's
-    // cgroups: it inherits them.
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let links: Vec<(String, String)> = std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let target = std::fs::read_link(e.path()).ok()?;
-            let target = target.file_name()?.to_string_lossy().into_owned();
-            Some((e.file_name().to_string_lossy().into_owned(), target))
-        })
-        .collect();
-    cgroup_v1_mounts(cgroups_path, mode, &mountinfo, &own, &links)
+    let v1 = &host.v1;
+    cgroup_v1_mounts(cgroups_path, mode, &v1.mountinfo, &v1.own_cgroup, &v1.links)
 }
 
 /// `cgroup_mounts` on a v1 host, from the daemon's mountinfo and /proc/self/cgroup and the

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::container::ContainerSpec;
-use super::{cgroup2, SpecError};
+use super::SpecError;
 use crate::api;
 use crate::api::NamespaceMode;
 
@@ -64,7 +64,7 @@ pub(super) fn container_namespaces(
         }
     }
     // As containerd: hide the host's cgroup tree on cgroup v2, except from privileged containers.
-    if cgroup2() && !privileged {
+    if s.host.cgroup2 && !privileged {
         namespaces.push(json!({"type": "cgroup"}));
     }
     Ok(namespaces)

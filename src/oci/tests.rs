@@ -6,15 +6,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::capabilities::{capabilities_with, held_from_status, last_cap, ALL_CAPABILITIES, DEFAULT_CAPABILITIES};
+use super::capabilities::{capabilities, held_from_status, ALL_CAPABILITIES, DEFAULT_CAPABILITIES};
 use super::container::{
     container_spec, oom_score_adj, process_args, security_warnings, ContainerSpec, ANNOTATION_CONTAINER_NAME,
     ANNOTATION_CONTAINER_TYPE, ANNOTATION_IMAGE_NAME, ANNOTATION_SANDBOX_ID, ANNOTATION_SANDBOX_NAME,
     ANNOTATION_SANDBOX_NAMESPACE, ANNOTATION_SANDBOX_UID,
 };
 use super::mounts::{cgroup_v1_mounts, ensure_propagation, parse_mountinfo, read_mountinfo};
-use super::resources::{hugetlb_controller, swap_controller};
-use super::{cgroup2, clean_absolute, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS};
+use super::{
+    clean_absolute, HostFacts, SpecError, V1Cgroups, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS,
+};
 use crate::api;
 use crate::api::{MountPropagation, NamespaceMode};
 use crate::image::record::ImageConfig;
@@ -25,6 +26,62 @@ struct Fixture {
     root: PathBuf,
     rootfs: PathBuf,
     sandbox_dir: PathBuf,
+    /// The host the spec is built for: a pinned cgroup v2 node unless a test says otherwise.
+    host: HostFacts,
+}
+
+/// A cgroup v1 (hybrid) host's hierarchies: combined cpu,cpuacct with its symlinks, name=systemd
+/// mounted from a sub-tree, a hierarchy libcontainer does not manage, one outside
+/// /sys/fs/cgroup, and cgroup2 beside them.
+const V1_MOUNTINFO: &str = "\
+31 27 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,memory
+36 31 0:33 /docker/abc /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
+40 31 0:37 /user.slice /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/misc rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,misc
+42 31 0:39 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw
+43 27 0:40 / /mnt/other rw - cgroup cgroup rw,pids
+";
+const V1_OWN_CGROUP: &str = "12:misc:/\n9:name=systemd:/user.slice/user-0.slice/session-1.scope\n4:memory:/daemon\n1:cpu,cpuacct:/daemon\n0::/daemon\n";
+
+fn v1_links() -> Vec<(String, String)> {
+    [
+        ("cpu", "cpu,cpuacct"),
+        ("cpuacct", "cpu,cpuacct"),
+        ("net_cls", "net_cls,net_prio"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect()
+}
+
+/// A pure cgroup v2 node with swap and hugetlb, scute holding every capability of a kernel whose
+/// last is 40 (unit tests need not run as root).
+fn v2_host() -> HostFacts {
+    HostFacts {
+        cgroup2: true,
+        swap: true,
+        hugetlb: true,
+        last_cap: 40,
+        held_caps: (0..=40).collect(),
+        v1: V1Cgroups::default(),
+    }
+}
+
+/// A cgroup v1 hybrid host without swap accounting or hugetlb.
+fn v1_host() -> HostFacts {
+    HostFacts {
+        cgroup2: false,
+        swap: false,
+        hugetlb: false,
+        v1: V1Cgroups {
+            mountinfo: V1_MOUNTINFO.into(),
+            own_cgroup: V1_OWN_CGROUP.into(),
+            links: v1_links(),
+        },
+        ..v2_host()
+    }
 }
 
 fn fixture() -> Fixture {
@@ -48,6 +105,7 @@ fn fixture() -> Fixture {
         root,
         rootfs,
         sandbox_dir,
+        host: v2_host(),
     }
 }
 
@@ -122,6 +180,7 @@ fn build_with(
         userns: None,
         cgroups_path: "/kubepods/pod1/c1".into(),
         oom_score_adj_floor: -998,
+        host: &f.host,
     };
     container_spec(&s).map(|spec| serde_json::to_value(spec).unwrap())
 }
@@ -146,10 +205,7 @@ fn cgroup_options(v: &Value) -> Vec<Vec<String>> {
         .filter(|m| m["destination"].as_str().unwrap().starts_with("/sys/fs/cgroup") && m["type"] != "tmpfs")
         .map(|m| strings(&m["options"]))
         .collect();
-    assert_eq!(
-        out.is_empty(),
-        !cgroup2() && !Path::new("/sys/fs/cgroup/memory").exists()
-    );
+    assert!(!out.is_empty());
     out
 }
 
@@ -566,7 +622,7 @@ fn namespaces_per_mode() {
         .unwrap()
         .iter()
         .any(|n| n["type"] == "cgroup");
-    assert_eq!(cgroupns, cgroup2());
+    assert_eq!(cgroupns, f.host.cgroup2);
     assert_eq!(v["hostname"], "web-0");
 
     let set_pid = |c: &mut api::ContainerConfig, mode: NamespaceMode| {
@@ -631,7 +687,7 @@ fn caps(v: &Value, set: &str) -> Vec<String> {
 }
 
 fn supported() -> Vec<String> {
-    ALL_CAPABILITIES[..=last_cap()].iter().map(|c| c.to_string()).collect()
+    ALL_CAPABILITIES[..=40].iter().map(|c| c.to_string()).collect()
 }
 
 #[test]
@@ -703,13 +759,17 @@ fn capabilities_are_limited_to_what_scute_holds() {
             }),
             ..Default::default()
         };
-        capabilities_with(&sc, privileged, &held)
+        let host = HostFacts {
+            held_caps: held.clone(),
+            ..v2_host()
+        };
+        capabilities(&sc, privileged, &host)
     };
     let (set, _) = with(&[], &[], false).unwrap();
     assert_eq!(set.len(), DEFAULT_CAPABILITIES.len() - 1, "NET_RAW is left out");
     assert!(!set.contains(&13));
     let (set, _) = with(&["ALL"], &[], false).unwrap();
-    assert_eq!(set, held.iter().copied().filter(|&c| c <= last_cap()).collect());
+    assert_eq!(set, held.iter().copied().filter(|&c| c <= 40).collect());
     let (set, _) = with(&[], &[], true).unwrap();
     assert!(!set.contains(&24));
     let e = with(&["SYS_RESOURCE"], &[], false).unwrap_err();
@@ -728,22 +788,7 @@ fn capabilities_are_limited_to_what_scute_holds() {
 fn cgroup_v1_hierarchies_are_bound_one_by_one() {
     // Combined cpu,cpuacct with its symlinks, name=systemd mounted from a sub-tree, a
     // hierarchy libcontainer does not manage, one outside /sys/fs/cgroup, and cgroup2.
-    let mountinfo = "\
-31 27 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
-35 31 0:32 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,memory
-36 31 0:33 /docker/abc /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
-40 31 0:37 /user.slice /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,xattr,name=systemd
-41 31 0:38 / /sys/fs/cgroup/misc rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,misc
-42 31 0:39 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw
-43 27 0:40 / /mnt/other rw - cgroup cgroup rw,pids
-";
-    let own = "12:misc:/\n9:name=systemd:/user.slice/user-0.slice/session-1.scope\n4:memory:/daemon\n1:cpu,cpuacct:/daemon\n0::/daemon\n";
-    let links = [
-        ("cpu".to_string(), "cpu,cpuacct".to_string()),
-        ("cpuacct".to_string(), "cpu,cpuacct".to_string()),
-        ("net_cls".to_string(), "net_cls,net_prio".to_string()),
-    ];
+    let (mountinfo, own, links) = (V1_MOUNTINFO, V1_OWN_CGROUP, v1_links());
     let mounts = cgroup_v1_mounts("/kubepods/pod1/c1", "ro", mountinfo, own, &links);
     assert_eq!(mounts[0]["type"], "tmpfs");
     assert_eq!(mounts[0]["destination"], "/sys/fs/cgroup");
@@ -926,11 +971,8 @@ fn resources_and_oom_score_adj() {
         json!({"shares": 512, "quota": 50000, "period": 100000, "cpus": "0-1", "mems": "0"})
     );
     assert_eq!(r["memory"]["limit"], 64 << 20);
-    assert_eq!(r["memory"].get("swap").is_some(), swap_controller());
-    if swap_controller() {
-        assert_eq!(r["memory"]["swap"], 64 << 20, "no swap beyond the limit by default");
-    }
-    assert_eq!(r.get("hugepageLimits").is_some(), hugetlb_controller());
+    assert_eq!(r["memory"]["swap"], 64 << 20, "no swap beyond the limit by default");
+    assert_eq!(r["hugepageLimits"], json!([{"pageSize": "2MB", "limit": 4 << 20}]));
     assert_eq!(r["unified"]["memory.high"], "50000000");
     assert_eq!(v["linux"]["cgroupsPath"], "/kubepods/pod1/c1");
 
@@ -1055,4 +1097,80 @@ fn apparmor_and_selinux_are_warnings() {
     let v = build(&f, &c).unwrap();
     assert!(v["process"].get("apparmorProfile").is_none());
     assert!(v["process"].get("selinuxLabel").is_none());
+}
+
+#[test]
+fn cgroup_v1_and_v2_hosts() {
+    let mut f = fixture();
+    let mut c = config();
+    c.linux.get_or_insert_with(Default::default).resources = Some(api::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        hugepage_limits: vec![api::HugepageLimit {
+            page_size: "2MB".into(),
+            limit: 4 << 20,
+        }],
+        ..Default::default()
+    });
+    let cgroupns = |v: &Value| {
+        v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "cgroup")
+    };
+
+    // v2: one cgroup2 mount (libcontainer mounts it in the container's cgroup namespace), a
+    // cgroup namespace, swap limited to the memory limit, hugepages.
+    let v = build(&f, &c).unwrap();
+    let cg = mount(&v, "/sys/fs/cgroup");
+    assert_eq!(cg.len(), 1);
+    assert_eq!(cg[0]["type"], "cgroup");
+    assert!(strings(&cg[0]["options"]).contains(&"ro".to_string()));
+    assert!(cgroupns(&v));
+    let r = &v["linux"]["resources"];
+    assert_eq!(r["memory"], json!({"limit": 64 << 20, "swap": 64 << 20}));
+    assert_eq!(r["hugepageLimits"][0]["pageSize"], "2MB");
+    let mut p = c.clone();
+    sc(&mut p).privileged = true;
+    let privileged = build_with(&f, &p, &sandbox(true), &ImageConfig::default(), Host::default()).unwrap();
+    assert!(
+        !cgroupns(&privileged),
+        "a privileged container sees the host's cgroup tree"
+    );
+
+    // v1: a tmpfs and a read-only bind per hierarchy (the container's own cgroup in each), no
+    // cgroup namespace, no swap or hugepage limits the host could not apply.
+    f.host = v1_host();
+    let v = build(&f, &c).unwrap();
+    assert_eq!(mount(&v, "/sys/fs/cgroup")[0]["type"], "tmpfs");
+    let memory = mount(&v, "/sys/fs/cgroup/memory");
+    assert_eq!(memory[0]["source"], "/sys/fs/cgroup/memory/kubepods/pod1/c1");
+    assert!(cgroup_options(&v).iter().all(|o| o.contains(&"ro".to_string())));
+    assert!(!cgroupns(&v));
+    let r = &v["linux"]["resources"];
+    assert_eq!(r["memory"], json!({"limit": 64 << 20}));
+    assert!(r.get("hugepageLimits").is_none());
+    let mut p = c.clone();
+    sc(&mut p).privileged = true;
+    let privileged = build_with(&f, &p, &sandbox(true), &ImageConfig::default(), Host::default()).unwrap();
+    assert!(cgroup_options(&privileged)
+        .iter()
+        .all(|o| o.contains(&"rw".to_string())));
+
+    // UpdateContainerResources applies the same conversion.
+    let update = super::update_resources(c.linux.as_ref().unwrap().resources.as_ref().unwrap(), &v2_host()).unwrap();
+    assert_eq!(update.memory().unwrap().swap(), Some(64 << 20));
+    let update = super::update_resources(c.linux.as_ref().unwrap().resources.as_ref().unwrap(), &v1_host()).unwrap();
+    assert_eq!(update.memory().unwrap().swap(), None);
+    assert!(update.hugepage_limits().is_none());
+}
+
+#[test]
+fn host_facts_of_this_host() {
+    // Whatever this host is, its facts agree with its /sys/fs/cgroup.
+    let h = HostFacts::gather();
+    assert_eq!(h.cgroup2, Path::new("/sys/fs/cgroup/cgroup.controllers").exists());
+    assert_eq!(h.v1.mountinfo.is_empty(), h.cgroup2);
+    assert!(h.last_cap >= 36 && h.last_cap < ALL_CAPABILITIES.len());
+    assert!(h.held_caps.iter().all(|c| *c <= h.last_cap));
 }

@@ -32,6 +32,7 @@ use crate::handover::Unclaimed;
 use crate::image::{Credentials, ImageError, ImageManager};
 use crate::keyed_lock::KeyedLocks;
 use crate::oci::userns;
+use crate::oci::SpecError;
 use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError, SpawnOptions};
 use crate::store::{self, Kind, Store};
 
@@ -58,6 +59,8 @@ pub enum SandboxError {
     Store(#[from] store::Error),
     #[error(transparent)]
     Image(#[from] ImageError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
 }
 
 fn failed(what: &str) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
@@ -339,8 +342,7 @@ impl SandboxManager {
                 ("io.kubernetes.cri.container-type".to_string(), "sandbox".to_string()),
                 ("io.kubernetes.cri.sandbox-id".to_string(), id.clone()),
             ]),
-        })
-        .map_err(|e| SandboxError::InvalidArgument(e.to_string()))?;
+        })?;
         let bundle = dir.join("bundle");
         files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| SandboxError::Failed(e.to_string()))?;

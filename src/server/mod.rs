@@ -55,6 +55,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::container::manager::{ContainerError, ContainerManager};
 use crate::image::{ImageError, ImageManager, PullError};
+use crate::oci::SpecError;
 use crate::sandbox::manager::{SandboxError, SandboxManager};
 use crate::store::{self, Store};
 
@@ -185,11 +186,20 @@ impl From<RpcError> for Status {
                 ContainerError::Store(e) => store_code(e),
                 ContainerError::Image(e) => image_code(e),
                 ContainerError::Sandbox(e) => sandbox_code(e),
+                ContainerError::Spec(e) => spec_code(e),
             },
             RpcError::Image(e) => image_code(e),
             RpcError::Internal(_) => Code::Internal,
         };
         Status::new(code, capped(err.to_string()))
+    }
+}
+
+fn spec_code(e: &SpecError) -> Code {
+    match e {
+        SpecError::Invalid(_) => Code::InvalidArgument,
+        // The host is not as the request needs it (a mount's propagation or source, no pause).
+        SpecError::Host(_) => Code::FailedPrecondition,
     }
 }
 
@@ -202,6 +212,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::Failed(_) => Code::Internal,
         SandboxError::Store(e) => store_code(e),
         SandboxError::Image(e) => image_code(e),
+        SandboxError::Spec(e) => spec_code(e),
     }
 }
 
