@@ -137,8 +137,7 @@ pub fn systemd_booted() -> bool {
 
 /// Whether /sys/fs/cgroup is the unified (cgroup v2 only) hierarchy.
 pub fn unified_only() -> bool {
-    nix::sys::statfs::statfs("/sys/fs/cgroup")
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+    scute_sys::cgroupfs::is_cgroup2(std::path::Path::new("/sys/fs/cgroup"))
 }
 
 /// Refuses a driver this host cannot serve, with what to do instead.

@@ -707,7 +707,7 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
     for c in &containers {
         let rootfs = daemon.root.join("containers").join(&c.id).join("rootfs");
         assert!(
-            scute::sandbox::files::is_mountpoint(&rootfs),
+            scute_sys::mountinfo::is_mountpoint(&rootfs),
             "container {} has no rootfs",
             c.id
         );

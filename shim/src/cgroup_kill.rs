@@ -8,9 +8,7 @@ use std::path::PathBuf;
 /// (on a hybrid one the unified hierarchy holds the shim's cgroup, not the container's) and only
 /// when the cgroup is the container's own (`scute-<id>` or `scute-<id>.scope`).
 pub fn kill_file(id: &str, pid: i32) -> Option<PathBuf> {
-    let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
-    if !unified {
+    if !scute_sys::cgroupfs::is_cgroup2(std::path::Path::new("/sys/fs/cgroup")) {
         return None;
     }
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;

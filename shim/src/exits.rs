@@ -70,12 +70,7 @@ pub fn exit_of(status: WaitStatus) -> Option<(i32, i32)> {
     }
 }
 
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+pub use scute_sys::clock::now_nanos as now_ns;
 
 #[cfg(test)]
 mod tests {

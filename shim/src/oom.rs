@@ -20,6 +20,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
+use scute_sys::cgroupfs::Hierarchies;
+
 /// A container's OOM kill counter: its file, the count at creation and the highest seen since.
 #[derive(Debug)]
 pub struct OomWatch {
@@ -113,6 +115,7 @@ fn counter_path(pid: i32) -> Option<PathBuf> {
 
 /// Candidate counter files: the v1 memory controller's, then the unified hierarchy's.
 fn find_counter(proc_cgroup: &str, mountinfo: &str) -> Vec<PathBuf> {
+    let hierarchies = Hierarchies::from_mounts(&scute_sys::mountinfo::parse(mountinfo));
     let mut out = Vec::new();
     for line in proc_cgroup.lines() {
         let mut f = line.splitn(3, ':');
@@ -120,64 +123,19 @@ fn find_counter(proc_cgroup: &str, mountinfo: &str) -> Vec<PathBuf> {
             continue;
         };
         if controllers.split(',').any(|c| c == "memory") {
-            if let Some(dir) = mount_dir(mountinfo, path, |fstype, opts| {
-                fstype == "cgroup" && opts.split(',').any(|o| o == "memory")
-            }) {
+            if let Some(dir) = hierarchies.v1_of("memory").and_then(|h| h.dir(path)) {
                 out.push(dir.join("memory.oom_control"));
             }
         }
     }
     for line in proc_cgroup.lines() {
         if let Some(path) = line.strip_prefix("0::") {
-            if let Some(dir) = mount_dir(mountinfo, path, |fstype, _| fstype == "cgroup2") {
+            if let Some(dir) = hierarchies.unified.as_ref().and_then(|h| h.dir(path)) {
                 out.push(dir.join("memory.events"));
             }
         }
     }
     out
-}
-
-/// The directory of cgroup `path` in the first mount of a hierarchy that `wanted` accepts.
-fn mount_dir(mountinfo: &str, path: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split(' ').collect();
-        let right: Vec<&str> = right.split(' ').collect();
-        if left.len() < 5 || right.len() < 3 || !wanted(right[0], right[2]) {
-            continue;
-        }
-        let (root, mount_point) = (left[3], unescape(left[4]));
-        // A mount of a sub-tree shows the cgroups below its root only.
-        let rel = if root == "/" {
-            path
-        } else {
-            match path.strip_prefix(root) {
-                Some(r) if r.is_empty() || r.starts_with('/') => r,
-                _ => continue,
-            }
-        };
-        return Some(Path::new(&mount_point).join(rel.trim_start_matches('/')));
-    }
-    None
-}
-
-/// mountinfo escapes space, tab, newline and backslash as \ooo.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `oom_kill` count in a memory.oom_control or memory.events file.

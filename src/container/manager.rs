@@ -138,7 +138,7 @@ impl ContainerManager {
         Some(api::ContainerEventResponse {
             container_id: container_id.to_string(),
             container_event_type: kind as i32,
-            created_at: crate::image::now_nanos(),
+            created_at: scute_sys::clock::now_nanos(),
             pod_sandbox_status,
             containers_statuses,
         })
@@ -388,7 +388,7 @@ impl ContainerManager {
             chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
             state: ContainerState::Created,
             pid: 0,
-            created_at: crate::image::now_nanos(),
+            created_at: scute_sys::clock::now_nanos(),
             started_at: 0,
             finished_at: 0,
             exit_code: 0,
@@ -559,7 +559,7 @@ impl ContainerManager {
         // Stored and sent before the exit watcher may see it Running: STARTED before STOPPED.
         let order = self.transitions.lock().await;
         if let Err(e) = started {
-            record.exited(128, crate::image::now_nanos(), false);
+            record.exited(128, scute_sys::clock::now_nanos(), false);
             record.reason = "StartError".into();
             record.message = e.to_string();
             self.store.put(&record)?;
@@ -568,7 +568,7 @@ impl ContainerManager {
             return Err(shim_failed("starting the container")(e));
         }
         record.state = ContainerState::Running;
-        record.started_at = crate::image::now_nanos();
+        record.started_at = scute_sys::clock::now_nanos();
         self.store.put(&record)?;
         tracing::info!(container = %id, "container started");
         self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStartedEvent)
@@ -597,7 +597,7 @@ impl ContainerManager {
         let Ok(shim) = self.shim(&record.sandbox_id).await else {
             return self
                 .commit_exit(&record.id, |r| {
-                    r.exited(255, crate::image::now_nanos(), false);
+                    r.exited(255, scute_sys::clock::now_nanos(), false);
                     r.reason = "Unknown".into();
                     r.message = "the pod's shim is gone".into();
                 })
@@ -608,7 +608,7 @@ impl ContainerManager {
                 self.commit_exit(&record.id, |r| {
                     r.exited(
                         state.exit_code.unwrap_or(255),
-                        state.finished_at_ns.unwrap_or_else(crate::image::now_nanos),
+                        state.finished_at_ns.unwrap_or_else(scute_sys::clock::now_nanos),
                         state.oom_killed,
                     )
                 })
@@ -617,7 +617,7 @@ impl ContainerManager {
             Ok(_) => Ok(record),
             Err(ShimError::NotFound(_)) => {
                 self.commit_exit(&record.id, |r| {
-                    r.exited(255, crate::image::now_nanos(), false);
+                    r.exited(255, scute_sys::clock::now_nanos(), false);
                     r.reason = "Unknown".into();
                 })
                 .await

@@ -28,7 +28,7 @@ use digest::Digest;
 use record::ImageRecord;
 use reference::ImageRef;
 
-pub use pull::{now_nanos, PullProgress};
+pub use pull::PullProgress;
 pub use registry::Credentials;
 
 #[derive(Debug, thiserror::Error)]
@@ -278,8 +278,8 @@ impl ImageManager {
     }
 
     pub fn usage(&self) -> (u64, u64) {
-        let (b1, i1) = crate::stats::dir_usage(&self.content_root);
-        let (b2, i2) = crate::stats::dir_usage(&self.snapshots_root);
+        let (b1, i1) = scute_sys::files::dir_usage(&self.content_root);
+        let (b2, i2) = scute_sys::files::dir_usage(&self.snapshots_root);
         (b1 + b2, i1 + i2)
     }
 }

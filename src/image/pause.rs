@@ -132,7 +132,7 @@ impl ImageManager {
                 ..ImageConfig::default()
             },
             pinned: true,
-            created_at: super::pull::now_nanos(),
+            created_at: scute_sys::clock::now_nanos(),
         };
         let record = self.commit_record(record).await?;
         tracing::info!(image = EMBEDDED_PAUSE_IMAGE, id = %record.id, "embedded pause image imported");

@@ -147,7 +147,7 @@ impl ImageManager {
             size,
             config: summarize_config(&config),
             pinned: false,
-            created_at: now_nanos(),
+            created_at: scute_sys::clock::now_nanos(),
         };
         let record = self.commit_record(record).await?;
         tracing::info!(
@@ -487,11 +487,4 @@ fn summarize_config(config: &oci_spec::image::ImageConfiguration) -> ImageConfig
         os: config.os().to_string(),
         architecture: config.architecture().to_string(),
     }
-}
-
-pub fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }

@@ -8,6 +8,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use scute_sys::mountinfo::{self, Mount};
+
 use super::capabilities::{held_from_status, ALL_CAPABILITIES};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,12 +28,12 @@ pub struct HostFacts {
     pub v1: V1Cgroups,
 }
 
-/// The daemon's view of the v1 hierarchies: its mountinfo, its /proc/self/cgroup (the shim and
+/// The daemon's view of the v1 hierarchies: its mount table, its /proc/self/cgroup (the shim and
 /// so a container inherit its cgroups in hierarchies libcontainer leaves alone) and the symlinks
 /// of /sys/fs/cgroup (`cpu` → `cpu,cpuacct`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct V1Cgroups {
-    pub mountinfo: String,
+    pub mounts: Vec<Mount>,
     pub own_cgroup: String,
     pub links: Vec<(String, String)>,
 }
@@ -72,7 +74,7 @@ impl HostFacts {
             V1Cgroups::default()
         } else {
             V1Cgroups {
-                mountinfo: std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                mounts: mountinfo::read().unwrap_or_default(),
                 own_cgroup,
                 links: std::fs::read_dir(root)
                     .into_iter()

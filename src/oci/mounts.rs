@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use scute_sys::mountinfo::{self, Mount};
+
 use super::container::ContainerSpec;
 use super::{clean_absolute, HostFacts, SpecError};
 use crate::api;
@@ -104,7 +106,7 @@ pub(super) fn container_mounts(
     // is rslave, which would make every "rprivate" bind a slave that receives the host's later
     // mounts; "private" keeps them private while no bind asks for more.
     let mut rootfs_propagation = Some("private");
-    let mut mountinfo: Option<Vec<MountInfo>> = None;
+    let mut mountinfo: Option<Vec<Mount>> = None;
     for b in binds {
         if b.create && std::fs::metadata(&b.source).is_err() {
             std::fs::DirBuilder::new()
@@ -119,12 +121,20 @@ pub(super) fn container_mounts(
         match b.propagation {
             MountPropagation::PropagationPrivate => options.push("rprivate"),
             MountPropagation::PropagationBidirectional => {
-                ensure_propagation(&source, true, mountinfo.get_or_insert_with(read_mountinfo))?;
+                ensure_propagation(
+                    &source,
+                    true,
+                    mountinfo.get_or_insert_with(|| mountinfo::read().unwrap_or_default()),
+                )?;
                 options.push("rshared");
                 rootfs_propagation = Some("shared");
             }
             MountPropagation::PropagationHostToContainer => {
-                ensure_propagation(&source, false, mountinfo.get_or_insert_with(read_mountinfo))?;
+                ensure_propagation(
+                    &source,
+                    false,
+                    mountinfo.get_or_insert_with(|| mountinfo::read().unwrap_or_default()),
+                )?;
                 options.push("rslave");
                 if rootfs_propagation != Some("shared") {
                     rootfs_propagation = Some("slave");
@@ -177,7 +187,7 @@ pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str, host: &HostFacts) ->
         })];
     }
     let v1 = &host.v1;
-    cgroup_v1_mounts(cgroups_path, mode, &v1.mountinfo, &v1.own_cgroup, &v1.links)
+    cgroup_v1_mounts(cgroups_path, mode, &v1.mounts, &v1.own_cgroup, &v1.links)
 }
 
 /// `cgroup_mounts` on a v1 host, from the daemon's mountinfo and /proc/self/cgroup and the
@@ -185,7 +195,7 @@ pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str, host: &HostFacts) ->
 pub(super) fn cgroup_v1_mounts(
     cgroups_path: &str,
     mode: &str,
-    mountinfo: &str,
+    host_mounts: &[Mount],
     own_cgroup: &str,
     links: &[(String, String)],
 ) -> Vec<Value> {
@@ -194,25 +204,17 @@ pub(super) fn cgroup_v1_mounts(
         "options": ["nosuid", "noexec", "nodev", "mode=755"],
     })];
     let mut seen = HashSet::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split(' ').collect();
-        let right: Vec<&str> = right.split(' ').collect();
-        if left.len() < 5 || right.len() < 3 || right[0] != "cgroup" {
-            continue;
-        }
-        let mountpoint = PathBuf::from(unescape_mountinfo(left[4]));
+    for m in host_mounts.iter().filter(|m| m.fstype == "cgroup") {
+        let mountpoint = &m.mount_point;
         if mountpoint.parent() != Some(Path::new("/sys/fs/cgroup")) {
             continue;
         }
         let Some(name) = mountpoint.file_name().map(|n| n.to_string_lossy().into_owned()) else {
             continue;
         };
-        let options: Vec<&str> = right[2].split(',').collect();
+        let options: Vec<&str> = m.super_options.split(',').collect();
         let managed = options.iter().any(|o| LIBCONTAINER_V1_CONTROLLERS.contains(o));
-        let root = unescape_mountinfo(left[3]);
+        let root = &m.root;
         let path = if managed {
             // libcgroups joins the cgroups path to the mount point, whatever the mount's root.
             format!("{}{}", root.trim_end_matches('/'), cgroups_path)
@@ -313,63 +315,13 @@ pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
     })
 }
 
-/// One line of /proc/self/mountinfo, the parts propagation checks need.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct MountInfo {
-    pub(super) mountpoint: PathBuf,
-    /// Optional fields: `shared:N`, `master:N`, `propagate_from:N`, `unbindable`.
-    pub(super) optional: Vec<String>,
-}
-
-pub(super) fn read_mountinfo() -> Vec<MountInfo> {
-    parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
-}
-
-pub(super) fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            if fields.len() < 7 {
-                return None;
-            }
-            let optional = fields[6..]
-                .iter()
-                .take_while(|f| **f != "-")
-                .map(|f| f.to_string())
-                .collect();
-            Some(MountInfo {
-                mountpoint: PathBuf::from(unescape_mountinfo(fields[4])),
-                optional,
-            })
-        })
-        .collect()
-}
-
-/// Undoes the kernel's octal escapes (`\040` for a space, …).
-pub(super) fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let v = (bytes[i + 1] - b'0') as u32 * 64 + (bytes[i + 2] - b'0') as u32 * 8 + (bytes[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// containerd's ensureShared / ensureSharedOrSlave: the host mount holding `path` must
 /// propagate to the container (shared; or a slave, for HOST_TO_CONTAINER).
-pub(super) fn ensure_propagation(path: &Path, shared_only: bool, mounts: &[MountInfo]) -> Result<(), SpecError> {
+pub(super) fn ensure_propagation(path: &Path, shared_only: bool, mounts: &[Mount]) -> Result<(), SpecError> {
     let mount = mounts
         .iter()
-        .filter(|m| path.starts_with(&m.mountpoint))
-        .max_by_key(|m| m.mountpoint.components().count())
+        .filter(|m| path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.components().count())
         .ok_or_else(|| SpecError::Host(format!("no mount found holding {}", path.display())))?;
     let ok = mount
         .optional
@@ -381,7 +333,7 @@ pub(super) fn ensure_propagation(path: &Path, shared_only: bool, mounts: &[Mount
     Err(SpecError::Host(format!(
         "path {} is mounted on {} but it is not a shared{} mount",
         path.display(),
-        mount.mountpoint.display(),
+        mount.mount_point.display(),
         if shared_only { "" } else { " or slave" }
     )))
 }

@@ -12,7 +12,9 @@ use super::container::{
     ANNOTATION_CONTAINER_TYPE, ANNOTATION_IMAGE_NAME, ANNOTATION_SANDBOX_ID, ANNOTATION_SANDBOX_NAME,
     ANNOTATION_SANDBOX_NAMESPACE, ANNOTATION_SANDBOX_UID,
 };
-use super::mounts::{cgroup_v1_mounts, ensure_propagation, parse_mountinfo, read_mountinfo};
+use scute_sys::mountinfo;
+
+use super::mounts::{cgroup_v1_mounts, ensure_propagation};
 use super::{
     clean_absolute, HostFacts, SpecError, V1Cgroups, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS,
 };
@@ -76,7 +78,7 @@ fn v1_host() -> HostFacts {
         swap: false,
         hugetlb: false,
         v1: V1Cgroups {
-            mountinfo: V1_MOUNTINFO.into(),
+            mounts: mountinfo::parse(V1_MOUNTINFO),
             own_cgroup: V1_OWN_CGROUP.into(),
             links: v1_links(),
         },
@@ -530,13 +532,13 @@ fn readonly_rootfs_makes_the_pod_files_readonly() {
 
 #[test]
 fn propagation_needs_a_shared_or_slave_host_mount() {
-    let info = parse_mountinfo(
+    let info = mountinfo::parse(
         "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
          30 22 0:5 / /mnt/private rw - tmpfs tmpfs rw\n\
          31 22 0:6 / /mnt/slave rw master:7 - tmpfs tmpfs rw\n\
          32 22 0:7 / /mnt/with\\040space rw shared:9 master:2 - tmpfs tmpfs rw\n",
     );
-    assert_eq!(info[3].mountpoint, Path::new("/mnt/with space"));
+    assert_eq!(info[3].mount_point, Path::new("/mnt/with space"));
     assert!(ensure_propagation(Path::new("/var/lib/x"), true, &info).is_ok());
     assert!(ensure_propagation(Path::new("/mnt/private/x"), false, &info).is_err());
     assert!(
@@ -562,7 +564,7 @@ fn propagation_options_against_this_host() {
         propagation: MountPropagation::PropagationBidirectional as i32,
         ..Default::default()
     }];
-    let shared = ensure_propagation(&host, true, &read_mountinfo()).is_ok();
+    let shared = ensure_propagation(&host, true, &mountinfo::read().unwrap()).is_ok();
     match build(&f, &c) {
         Ok(v) => {
             assert!(shared);
@@ -572,7 +574,7 @@ fn propagation_options_against_this_host() {
         Err(e) => assert!(!shared && matches!(e, SpecError::Host(_)), "{e}"),
     }
     c.mounts[0].propagation = MountPropagation::PropagationHostToContainer as i32;
-    let slave = ensure_propagation(&host, false, &read_mountinfo()).is_ok();
+    let slave = ensure_propagation(&host, false, &mountinfo::read().unwrap()).is_ok();
     match build(&f, &c) {
         Ok(v) => {
             assert!(slave);
@@ -788,8 +790,8 @@ fn capabilities_are_limited_to_what_scute_holds() {
 fn cgroup_v1_hierarchies_are_bound_one_by_one() {
     // Combined cpu,cpuacct with its symlinks, name=systemd mounted from a sub-tree, a
     // hierarchy libcontainer does not manage, one outside /sys/fs/cgroup, and cgroup2.
-    let (mountinfo, own, links) = (V1_MOUNTINFO, V1_OWN_CGROUP, v1_links());
-    let mounts = cgroup_v1_mounts("/kubepods/pod1/c1", "ro", mountinfo, own, &links);
+    let (host_mounts, own, links) = (mountinfo::parse(V1_MOUNTINFO), V1_OWN_CGROUP, v1_links());
+    let mounts = cgroup_v1_mounts("/kubepods/pod1/c1", "ro", &host_mounts, own, &links);
     assert_eq!(mounts[0]["type"], "tmpfs");
     assert_eq!(mounts[0]["destination"], "/sys/fs/cgroup");
     let binds: Vec<(&str, &str)> = mounts[1..]
@@ -822,9 +824,9 @@ fn cgroup_v1_hierarchies_are_bound_one_by_one() {
     }
     // Valid mounts for oci-spec.
     let _: Vec<oci_spec::runtime::Mount> = serde_json::from_value(json!(mounts)).unwrap();
-    let rw = cgroup_v1_mounts("/c", "rw", mountinfo, own, &[]);
+    let rw = cgroup_v1_mounts("/c", "rw", &host_mounts, own, &[]);
     assert!(strings(&rw[1]["options"]).contains(&"rw".to_string()));
-    assert_eq!(cgroup_v1_mounts("/c", "ro", "", "", &[]).len(), 1, "just the tmpfs");
+    assert_eq!(cgroup_v1_mounts("/c", "ro", &[], "", &[]).len(), 1, "just the tmpfs");
 }
 
 #[test]
@@ -1170,7 +1172,7 @@ fn host_facts_of_this_host() {
     // Whatever this host is, its facts agree with its /sys/fs/cgroup.
     let h = HostFacts::gather();
     assert_eq!(h.cgroup2, Path::new("/sys/fs/cgroup/cgroup.controllers").exists());
-    assert_eq!(h.v1.mountinfo.is_empty(), h.cgroup2);
+    assert_eq!(h.v1.mounts.is_empty(), h.cgroup2);
     assert!(h.last_cap >= 36 && h.last_cap < ALL_CAPABILITIES.len());
     assert!(h.held_caps.iter().all(|c| *c <= h.last_cap));
 }

@@ -1883,11 +1883,7 @@ mod real_plugin_tests {
     }
 
     fn mounted(path: &Path) -> bool {
-        let p = path.to_str().unwrap().to_string();
-        fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .any(|l| l.split(' ').nth(4) == Some(&p))
+        scute_sys::mountinfo::is_mountpoint(path)
     }
 
     /// Host-side interfaces of a result: no sandbox, not the bridge.

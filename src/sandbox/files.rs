@@ -142,22 +142,14 @@ pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
 
 /// `write_atomic` with the file's mode; the temp file is 0600 until then.
 pub fn write_atomic_mode(path: &Path, contents: &str, mode: u32) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
-    let dir = path.parent().ok_or_else(|| io::Error::other("no parent dir"))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(contents.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    scute_sys::files::write_atomic_mode(path, contents.as_bytes(), mode)
 }
 
 /// Mounts the pod's /dev/shm: a tmpfs of `size` bytes at `target` (created if needed).
 pub fn mount_shm(target: &Path, size: u64) -> io::Result<()> {
     use nix::mount::{mount, MsFlags};
     std::fs::create_dir_all(target)?;
-    if is_mountpoint(target) {
+    if scute_sys::mountinfo::is_mountpoint(target) {
         return Ok(());
     }
     let data = format!("mode=1777,size={size}");
@@ -174,30 +166,10 @@ pub fn mount_shm(target: &Path, size: u64) -> io::Result<()> {
 /// Unmounts the pod's /dev/shm; a path that is not mounted (or is gone) is fine.
 pub fn unmount_shm(target: &Path) -> io::Result<()> {
     use nix::mount::{umount2, MntFlags};
-    if is_mountpoint(target) {
+    if scute_sys::mountinfo::is_mountpoint(target) {
         umount2(target, MntFlags::MNT_DETACH).map_err(io::Error::from)?;
     }
     Ok(())
-}
-
-/// Whether `path` is a mount point, from /proc/self/mountinfo (exact match of the mount point).
-pub fn is_mountpoint(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let wanted = path.to_string_lossy();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mount_point| unescape_mountinfo(mount_point) == wanted)
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mountinfo(field: &str) -> String {
-    field
-        .replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
 }
 
 #[cfg(test)]
@@ -245,15 +217,14 @@ mod tests {
     }
 
     #[test]
-    fn atomic_write_and_mountinfo_escapes() {
+    fn atomic_write_and_mount_points() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("hostname");
         write_atomic(&p, "a\n").unwrap();
         write_atomic(&p, "b\n").unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "b\n");
-        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
-        assert!(is_mountpoint(Path::new("/proc")));
-        assert!(!is_mountpoint(dir.path()));
+        assert!(scute_sys::mountinfo::is_mountpoint(Path::new("/proc")));
+        assert!(!scute_sys::mountinfo::is_mountpoint(dir.path()));
     }
 
     #[test]
@@ -283,10 +254,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shm = dir.path().join("shm");
         mount_shm(&shm, 1 << 20).unwrap();
-        assert!(is_mountpoint(&shm));
+        assert!(scute_sys::mountinfo::is_mountpoint(&shm));
         mount_shm(&shm, 1 << 20).unwrap();
         unmount_shm(&shm).unwrap();
         unmount_shm(&shm).unwrap();
-        assert!(!is_mountpoint(&shm));
+        assert!(!scute_sys::mountinfo::is_mountpoint(&shm));
     }
 }

@@ -203,7 +203,7 @@ impl SandboxManager {
             name: name.clone(),
             config: SandboxRecord::encode_config(&config),
             runtime_handler: handler,
-            created_at: crate::image::now_nanos(),
+            created_at: scute_sys::clock::now_nanos(),
             state: SandboxState::NotReady,
             ips: Vec::new(),
             netns: (!host_network).then(|| self.netns_path(&id)),

@@ -227,9 +227,7 @@ mod tests {
     }
 
     fn mounted(path: &Path) -> bool {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let p = path.to_str().unwrap();
-        info.lines().any(|l| l.split(' ').nth(4) == Some(p))
+        scute_sys::mountinfo::is_mountpoint(path)
     }
 
     fn net_inode_of_self() -> u64 {

@@ -10,7 +10,7 @@ impl Cri {
         let images = self.images.clone();
         let (bytes, inodes) = tokio::task::spawn_blocking(move || images.usage()).await?;
         let usage = FilesystemUsage {
-            timestamp: crate::image::now_nanos(),
+            timestamp: scute_sys::clock::now_nanos(),
             fs_id: Some(FilesystemIdentifier {
                 mountpoint: self.images.snapshots_root().display().to_string(),
             }),

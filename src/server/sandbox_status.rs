@@ -36,7 +36,7 @@ impl Cri {
             status: Some(status),
             info,
             containers_statuses,
-            timestamp: crate::image::now_nanos(),
+            timestamp: scute_sys::clock::now_nanos(),
         })
     }
 }

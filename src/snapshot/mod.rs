@@ -174,7 +174,7 @@ pub fn mount_overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Pat
 /// Unmounts a view; not mounted (or missing) is fine.
 pub fn unmount_view(target: &Path) -> io::Result<()> {
     use nix::mount::{umount2, MntFlags};
-    if crate::sandbox::files::is_mountpoint(target) {
+    if scute_sys::mountinfo::is_mountpoint(target) {
         umount2(target, MntFlags::MNT_DETACH)?;
     }
     Ok(())

@@ -3,6 +3,8 @@
 //! absent; nothing here fails.
 
 use std::path::{Path, PathBuf};
+
+use scute_sys::cgroupfs::Hierarchies;
 use std::time::Instant;
 
 /// On v1 an unlimited memory.limit_in_bytes reads as PAGE_COUNTER_MAX pages (~2^63): anything this
@@ -12,62 +14,32 @@ const V1_UNLIMITED: u64 = 1 << 62;
 /// The cgroup hierarchies mounted on this node.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Layout {
-    /// v1 hierarchies: controllers, mount point, root of the mounted sub-tree.
-    v1: Vec<(Vec<String>, PathBuf, String)>,
-    /// The cgroup2 mount (all controllers on pure v2; only PSI here on hybrid nodes).
-    unified: Option<(PathBuf, String)>,
+    hierarchies: Hierarchies,
 }
 
 impl Layout {
     pub fn detect() -> Layout {
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .map(|m| Layout::parse(&m))
-            .unwrap_or_default()
+        Layout {
+            hierarchies: Hierarchies::read(),
+        }
     }
 
     /// From /proc/self/mountinfo text; the first mount of each hierarchy wins.
     pub fn parse(mountinfo: &str) -> Layout {
-        let mut layout = Layout::default();
-        for line in mountinfo.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let left: Vec<&str> = left.split(' ').collect();
-            let right: Vec<&str> = right.split(' ').collect();
-            let (Some(root), Some(mount), Some(fstype)) = (left.get(3), left.get(4), right.first()) else {
-                continue;
-            };
-            let mount = PathBuf::from(unescape(mount));
-            let root = unescape(root);
-            match *fstype {
-                "cgroup2" if layout.unified.is_none() => layout.unified = Some((mount, root)),
-                "cgroup" => {
-                    let controllers: Vec<String> = right
-                        .get(2)
-                        .unwrap_or(&"")
-                        .split(',')
-                        .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains('='))
-                        .map(str::to_string)
-                        .collect();
-                    if !layout.v1.iter().any(|(c, _, _)| c == &controllers) {
-                        layout.v1.push((controllers, mount, root));
-                    }
-                }
-                _ => {}
-            }
+        Layout {
+            hierarchies: Hierarchies::from_mounts(&scute_sys::mountinfo::parse(mountinfo)),
         }
-        layout
     }
 
     /// The directory of cgroup `path` in the v1 hierarchy of `controller`, if mounted.
     fn v1_dir(&self, controller: &str, path: &str) -> Option<PathBuf> {
-        let (_, mount, root) = self.v1.iter().find(|(c, _, _)| c.iter().any(|c| c == controller))?;
-        Some(join(mount, root, path))
+        self.hierarchies.v1_of(controller)?.dir(path)
     }
 
+    /// The directory of cgroup `path` in the cgroup2 mount (all controllers on pure v2; only PSI
+    /// here on hybrid nodes).
     fn unified_dir(&self, path: &str) -> Option<PathBuf> {
-        let (mount, root) = self.unified.as_ref()?;
-        Some(join(mount, root, path))
+        self.hierarchies.unified.as_ref()?.dir(path)
     }
 
     /// Reads cgroup `path` (a cgroupfs path such as the OCI spec's linux.cgroupsPath). Each
@@ -89,7 +61,7 @@ impl Layout {
         let psi = |file: &str| unified.as_deref().and_then(|d| read_psi(&d.join(file)));
         Sample {
             at: Instant::now(),
-            timestamp: crate::image::now_nanos(),
+            timestamp: scute_sys::clock::now_nanos(),
             cpu_usage_ns,
             memory,
             pids,
@@ -98,35 +70,6 @@ impl Layout {
             io_psi: psi("io.pressure"),
         }
     }
-}
-
-/// `<mount>/<path below the mounted root>`.
-fn join(mount: &Path, root: &str, path: &str) -> PathBuf {
-    let path = path.strip_prefix(root.trim_end_matches('/')).unwrap_or(path);
-    let relative = path.trim_start_matches('/');
-    if relative.is_empty() {
-        mount.to_path_buf()
-    } else {
-        mount.join(relative)
-    }
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let mut out = Vec::with_capacity(s.len());
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let n = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(n);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What one cgroup said at one moment.
@@ -156,7 +99,7 @@ impl Sample {
         }
         let mut total = Sample {
             at: Instant::now(),
-            timestamp: crate::image::now_nanos(),
+            timestamp: scute_sys::clock::now_nanos(),
             cpu_usage_ns: None,
             memory: None,
             pids: None,

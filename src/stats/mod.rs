@@ -141,9 +141,9 @@ fn psi(p: &Psi) -> api::PsiStats {
 
 /// Bytes and inodes a writable layer (`upper`) uses, reported on the filesystem `mountpoint`.
 pub fn writable_layer(upper: &Path, mountpoint: &Path) -> api::FilesystemUsage {
-    let (bytes, inodes) = dir_usage(upper);
+    let (bytes, inodes) = scute_sys::files::dir_usage(upper);
     api::FilesystemUsage {
-        timestamp: crate::image::now_nanos(),
+        timestamp: scute_sys::clock::now_nanos(),
         fs_id: Some(api::FilesystemIdentifier {
             mountpoint: mountpoint.display().to_string(),
         }),
@@ -175,35 +175,10 @@ pub fn network(netns: &Path) -> Option<api::NetworkUsage> {
         .or(interfaces.first())
         .map(usage);
     Some(api::NetworkUsage {
-        timestamp: crate::image::now_nanos(),
+        timestamp: scute_sys::clock::now_nanos(),
         default_interface: default,
         interfaces: interfaces.iter().map(usage).collect(),
     })
-}
-
-/// Walks a tree summing allocated bytes and counting inodes once each (hard links share one).
-/// Symlinks are counted, never followed.
-pub fn dir_usage(root: &Path) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut bytes = 0u64;
-    let mut inodes = 0u64;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if !seen.insert((meta.dev(), meta.ino())) {
-                continue;
-            }
-            inodes += 1;
-            bytes += meta.blocks() * 512;
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
-        }
-    }
-    (bytes, inodes)
 }
 
 #[cfg(test)]
@@ -243,17 +218,5 @@ mod tests {
         assert_eq!(stats.rates.len(), 1);
         stats.keep_pods([]);
         assert!(stats.rates.is_empty());
-    }
-
-    #[test]
-    fn dir_usage_counts_hard_links_once() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir(tmp.path().join("d")).unwrap();
-        std::fs::write(tmp.path().join("d/f"), vec![1u8; 8192]).unwrap();
-        std::fs::hard_link(tmp.path().join("d/f"), tmp.path().join("g")).unwrap();
-        std::os::unix::fs::symlink("/etc", tmp.path().join("l")).unwrap();
-        let (bytes, inodes) = dir_usage(tmp.path());
-        assert_eq!(inodes, 3);
-        assert!(bytes >= 8192, "{bytes}");
     }
 }

@@ -1,0 +1,70 @@
+//! Files: atomic writes and the space a tree uses.
+
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// Writes `contents` to `path` atomically (temp file in the same directory, fsync, rename) with
+/// `mode`; the temp file is 0600 until then, so nobody reads a half-written file.
+pub fn write_atomic_mode(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().ok_or_else(|| io::Error::other("no parent dir"))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(contents)?;
+    tmp.as_file().sync_all()?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Walks a tree summing allocated bytes and counting inodes once each (hard links share one).
+/// Symlinks are counted, never followed. Unreadable entries are skipped.
+pub fn dir_usage(root: &Path) -> (u64, u64) {
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0u64;
+    let mut inodes = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if !seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            inodes += 1;
+            bytes += meta.blocks() * 512;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    (bytes, inodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_sets_the_mode_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_atomic_mode(&p, b"one", 0o640).unwrap();
+        write_atomic_mode(&p, b"two", 0o640).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temp file left");
+        assert!(write_atomic_mode(&dir.path().join("missing/f"), b"x", 0o600).is_err());
+    }
+
+    #[test]
+    fn dir_usage_counts_hard_links_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![1u8; 10_000]).unwrap();
+        std::fs::hard_link(dir.path().join("a"), dir.path().join("b")).unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", dir.path().join("d/l")).unwrap();
+        let (bytes, inodes) = dir_usage(dir.path());
+        assert_eq!(inodes, 3, "a (= b), d, d/l");
+        assert!(bytes >= 10_000, "{bytes}");
+    }
+}
