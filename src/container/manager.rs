@@ -1001,24 +1001,9 @@ fn validate_config(config: &api::ContainerConfig) -> Result<(), ContainerError> 
     Ok(())
 }
 
-/// UpdateContainerResources refuses negative limits, but OCI's -1 ("unlimited") for the CPU
-/// quota and the swap limit.
+/// `oci::check_resources`, its message prefixed with the RPC.
 fn validate_resources(rpc: &str, r: &api::LinuxContainerResources) -> Result<(), ContainerError> {
-    let checks = [
-        ("cpu_period", r.cpu_period, 0),
-        ("cpu_quota", r.cpu_quota, -1),
-        ("cpu_shares", r.cpu_shares, 0),
-        ("memory_limit_in_bytes", r.memory_limit_in_bytes, 0),
-        ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes, -1),
-    ];
-    for (name, value, min) in checks {
-        if value < min {
-            return Err(ContainerError::InvalidArgument(format!(
-                "{rpc}: {name} {value} is negative"
-            )));
-        }
-    }
-    Ok(())
+    crate::oci::check_resources(r).map_err(|e| ContainerError::InvalidArgument(format!("{rpc}: {e}")))
 }
 
 /// `update` over `old`, field by field: what the update leaves zero or empty keeps its value

@@ -21,7 +21,7 @@ mod tests;
 
 pub use container::{container_spec, process_args, security_warnings, ContainerSpec};
 pub use host::{HostFacts, V1Cgroups};
-pub use resources::update_resources;
+pub use resources::{check_resources, update_resources};
 
 use std::path::{Component, Path};
 

@@ -78,3 +78,96 @@ pub fn update_resources(
     }
     serde_json::from_value(v).map_err(|e| SpecError::Invalid(format!("container resources: {e}")))
 }
+
+/// The checks every RPC that carries LinuxContainerResources makes (RunPodSandbox's resources
+/// and overhead, CreateContainer, UpdateContainerResources, UpdatePodSandboxResources): no
+/// negative limit but OCI's -1 ("unlimited") for the CPU quota and the swap limit, and a page
+/// size for every hugepage limit. The message names the field; callers say where it was.
+pub fn check_resources(r: &api::LinuxContainerResources) -> Result<(), SpecError> {
+    let checks = [
+        ("cpu_period", r.cpu_period, 0),
+        ("cpu_quota", r.cpu_quota, -1),
+        ("cpu_shares", r.cpu_shares, 0),
+        ("memory_limit_in_bytes", r.memory_limit_in_bytes, 0),
+        ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes, -1),
+    ];
+    if let Some((name, value, _)) = checks.into_iter().find(|(_, value, min)| value < min) {
+        return Err(SpecError::Invalid(format!("{name} {value} is negative")));
+    }
+    if r.hugepage_limits.iter().any(|h| h.page_size.is_empty()) {
+        return Err(SpecError::Invalid(
+            "hugepage_limits has an entry without page_size".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_checked_the_same_everywhere() {
+        let ok = api::LinuxContainerResources {
+            cpu_quota: -1,
+            memory_swap_limit_in_bytes: -1,
+            memory_limit_in_bytes: 1 << 20,
+            hugepage_limits: vec![api::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 1 << 21,
+            }],
+            ..Default::default()
+        };
+        check_resources(&ok).unwrap();
+        let refused = |r: api::LinuxContainerResources, field: &str| match check_resources(&r) {
+            Err(SpecError::Invalid(m)) => assert!(m.contains(field), "{m}"),
+            other => panic!("{r:?}: {other:?}"),
+        };
+        for (r, field) in [
+            (
+                api::LinuxContainerResources {
+                    cpu_shares: -2,
+                    ..Default::default()
+                },
+                "cpu_shares -2",
+            ),
+            (
+                api::LinuxContainerResources {
+                    cpu_quota: -2,
+                    ..Default::default()
+                },
+                "cpu_quota",
+            ),
+            (
+                api::LinuxContainerResources {
+                    cpu_period: -1,
+                    ..Default::default()
+                },
+                "cpu_period",
+            ),
+            (
+                api::LinuxContainerResources {
+                    memory_limit_in_bytes: -1,
+                    ..Default::default()
+                },
+                "memory_limit",
+            ),
+            (
+                api::LinuxContainerResources {
+                    memory_swap_limit_in_bytes: -2,
+                    ..Default::default()
+                },
+                "memory_swap",
+            ),
+            (
+                api::LinuxContainerResources {
+                    hugepage_limits: vec![api::HugepageLimit::default()],
+                    ..Default::default()
+                },
+                "page_size",
+            ),
+        ] {
+            refused(r, field);
+        }
+    }
+}

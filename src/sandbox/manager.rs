@@ -898,15 +898,8 @@ fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> R
     }
     for (field, resources) in [("resources", &linux.resources), ("overhead", &linux.overhead)] {
         let Some(r) = resources else { continue };
-        let checks = [
-            ("cpu_period", r.cpu_period, 0),
-            ("cpu_quota", r.cpu_quota, -1),
-            ("cpu_shares", r.cpu_shares, 0),
-            ("memory_limit_in_bytes", r.memory_limit_in_bytes, 0),
-            ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes, -1),
-        ];
-        if let Some((name, value, _)) = checks.into_iter().find(|(_, value, min)| value < min) {
-            return invalid(format!("linux.{field}.{name} {value} is negative"));
+        if let Err(e) = crate::oci::check_resources(r) {
+            return invalid(format!("linux.{field}.{e}"));
         }
     }
     let host_network = linux

@@ -36,28 +36,10 @@ impl Cri {
     }
 }
 
-/// Negative limits are refused, but OCI's -1 ("unlimited") for the CPU quota and the swap limit.
+/// `oci::check_resources`, its message naming the RPC and the field.
 fn validate(what: &str, r: &api::LinuxContainerResources) -> Result<(), RpcError> {
-    let checks = [
-        ("cpu_period", r.cpu_period, 0),
-        ("cpu_quota", r.cpu_quota, -1),
-        ("cpu_shares", r.cpu_shares, 0),
-        ("memory_limit_in_bytes", r.memory_limit_in_bytes, 0),
-        ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes, -1),
-    ];
-    for (name, value, min) in checks {
-        if value < min {
-            return Err(RpcError::InvalidArgument(format!(
-                "UpdatePodSandboxResources: {what}.{name} {value} is negative"
-            )));
-        }
-    }
-    if r.hugepage_limits.iter().any(|h| h.page_size.is_empty()) {
-        return Err(RpcError::InvalidArgument(format!(
-            "UpdatePodSandboxResources: {what}.hugepage_limits has an entry without page_size"
-        )));
-    }
-    Ok(())
+    crate::oci::check_resources(r)
+        .map_err(|e| RpcError::InvalidArgument(format!("UpdatePodSandboxResources: {what}.{e}")))
 }
 
 #[cfg(test)]
