@@ -151,6 +151,19 @@ impl ContainerRecord {
     }
 
     /// Records an exit: reason as the kubelet expects (Completed, Error, OOMKilled).
+    /// Created → Running, at `started_at`; refused from any other state.
+    pub fn started(&mut self, started_at: i64) -> Result<(), String> {
+        if !self.state.can_start() {
+            return Err(format!(
+                "container {} is {:?}, only a created container can be started",
+                self.id, self.state
+            ));
+        }
+        self.state = ContainerState::Running;
+        self.started_at = started_at;
+        Ok(())
+    }
+
     pub fn exited(&mut self, exit_code: i32, finished_at: i64, oom_killed: bool) {
         self.state = ContainerState::Exited;
         self.exit_code = exit_code;

@@ -215,7 +215,7 @@ impl SandboxManager {
         self.store.create(&name, &record)?;
         match self.create_steps(&config, &mut record).await {
             Ok(()) => {
-                record.state = SandboxState::Ready;
+                record.made_ready();
                 self.store.put(&record)?;
                 tracing::info!(sandbox = %id, name = %name, ip = ?record.ips, "pod sandbox ready");
                 Ok(id)
@@ -458,22 +458,25 @@ impl SandboxManager {
     }
 
     /// StopPodSandbox: stops pause (and, later, every container), detaches the network and
-    /// releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine.
-    pub async fn stop(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
+    /// releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine. Returns the
+    /// sandbox's ID when this call moved it from Ready (its STOPPED event is the caller's to send).
+    pub async fn stop(&self, id_or_prefix: &str) -> Result<Option<String>, SandboxError> {
         let id = match self.resolve(id_or_prefix) {
             Ok(id) => id,
-            Err(SandboxError::NotFound(_)) => return Ok(()),
+            Err(SandboxError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
         let _lock = self.id_locks.lock(&id).await;
         let Some(mut record) = self.store.get::<SandboxRecord>(&id)? else {
-            return Ok(());
+            return Ok(None);
         };
+        // Decided under the sandbox's lock, as `pause_exited` decides: whichever of the two
+        // moves it from Ready reports STOPPED, so the event goes out exactly once.
         self.teardown(&record, false).await?;
-        record.state = record.state.stop();
+        let was_ready = record.stopped();
         self.store.put(&record)?;
         tracing::info!(sandbox = %id, "pod sandbox stopped");
-        Ok(())
+        Ok(was_ready.then_some(id))
     }
 
     /// The pause of `id` exited, or its shim is gone, without a StopPodSandbox: a Ready sandbox
@@ -485,10 +488,9 @@ impl SandboxManager {
         let Some(mut record) = self.store.get::<SandboxRecord>(id)? else {
             return Ok(false);
         };
-        if !record.state.is_ready() {
+        if !record.stopped() {
             return Ok(false);
         }
-        record.state = record.state.stop();
         self.store.put(&record)?;
         tracing::warn!(sandbox = %id, "pause exited by itself: pod sandbox NotReady");
         Ok(true)
@@ -609,7 +611,7 @@ impl SandboxManager {
                 if let Err(e) = self.teardown(&record, false).await {
                     tracing::warn!(sandbox = %record.id, error = %e, "cleaning up after a lost sandbox");
                 }
-                record.state = SandboxState::NotReady;
+                record.stopped();
                 self.store.put(&record)?;
             }
         }

@@ -82,6 +82,21 @@ impl Record for SandboxRecord {
 }
 
 impl SandboxRecord {
+    /// Its creation finished: Ready. Only a sandbox being made (NotReady, never stored Ready
+    /// before) becomes Ready; a stopped one never comes back.
+    pub fn made_ready(&mut self) {
+        debug_assert_eq!(self.state, SandboxState::NotReady);
+        self.state = SandboxState::Ready;
+    }
+
+    /// Ready → NotReady (StopPodSandbox, pause exiting, a pod lost while the daemon was down).
+    /// True when this call made the move: the caller reports the sandbox STOPPED, once.
+    pub fn stopped(&mut self) -> bool {
+        let was_ready = self.state.is_ready();
+        self.state = self.state.stop();
+        was_ready
+    }
+
     /// The CRI view of the record in `state` (PodSandboxStatus, container events).
     pub fn to_cri_status(&self, state: SandboxState) -> api::PodSandboxStatus {
         let config = self.config();
@@ -177,5 +192,23 @@ mod tests {
         assert_eq!(back.name, "web_default_u1_2");
         assert_eq!(SandboxState::Ready.stop(), SandboxState::NotReady);
         assert_eq!(SandboxState::Unknown.to_cri(), api::PodSandboxState::SandboxNotready);
+    }
+
+    #[test]
+    fn stopped_reports_the_move_once() {
+        let mut record: SandboxRecord = serde_json::from_value(serde_json::json!({
+            "id": "abc", "name": "n", "config": "", "runtime_handler": "", "created_at": 1,
+            "state": "NotReady", "ips": [], "netns": null, "pause_pid": 0, "cni_result": null,
+            "cgroups_path": "", "unclaimed": false,
+        }))
+        .unwrap();
+        record.made_ready();
+        assert!(record.state.is_ready());
+        assert!(record.stopped(), "Ready → NotReady is reported");
+        assert!(
+            !record.stopped(),
+            "a second stop (a retry, or pause exiting too) is not"
+        );
+        assert_eq!(record.state, SandboxState::NotReady);
     }
 }

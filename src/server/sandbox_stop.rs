@@ -18,13 +18,9 @@ impl Cri {
         self.containers
             .stop_all_in(&request.pod_sandbox_id, std::time::Duration::from_secs(10))
             .await?;
-        // STOPPED for the sandbox itself once, when a Ready sandbox is stopped (not on retries).
-        let was_ready = match self.sandboxes.resolve(&request.pod_sandbox_id) {
-            Ok(id) => Some(id).filter(|id| self.sandboxes.get(id).is_ok_and(|s| s.state.is_ready())),
-            Err(_) => None,
-        };
-        self.sandboxes.stop(&request.pod_sandbox_id).await?;
-        if let Some(id) = was_ready {
+        // STOPPED for the sandbox itself once: when this call moved it from Ready (not on
+        // retries, nor when its pause exited first and that was reported).
+        if let Some(id) = self.sandboxes.stop(&request.pod_sandbox_id).await? {
             self.containers
                 .emit(&id, &id, ContainerEventType::ContainerStoppedEvent)
                 .await;

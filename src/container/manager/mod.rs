@@ -461,8 +461,9 @@ impl ContainerManager {
                 .await;
             return Err(shim_failed("starting the container")(e));
         }
-        record.state = ContainerState::Running;
-        record.started_at = scute_sys::clock::now_nanos();
+        record
+            .started(scute_sys::clock::now_nanos())
+            .map_err(ContainerError::FailedPrecondition)?;
         self.store.put(&record)?;
         tracing::info!(container = %id, "container started");
         self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStartedEvent)
