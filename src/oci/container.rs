@@ -3,7 +3,7 @@
 //! image's Entrypoint/Cmd, env, user, working dir, annotations, oom_score_adj.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use oci_spec::runtime::Spec;
 use serde_json::{json, Value};
@@ -14,11 +14,11 @@ use super::mounts::container_mounts;
 use super::namespaces::container_namespaces;
 use super::resources::linux_resources;
 use super::{
-    or_defaults, seccomp, user, HostFacts, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS,
+    or_defaults, seccomp, user, ContainerSpec, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV,
+    DEFAULT_READONLY_PATHS,
 };
 use crate::api;
 use crate::image::record::ImageConfig;
-use crate::oci::userns::PodUserNs;
 
 pub const ANNOTATION_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 
@@ -33,33 +33,6 @@ pub const ANNOTATION_SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";
 pub const ANNOTATION_CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
 
 pub const ANNOTATION_IMAGE_NAME: &str = "io.kubernetes.cri.image-name";
-
-/// What a pod container's spec is made from.
-pub struct ContainerSpec<'a> {
-    pub id: &'a str,
-    pub config: &'a api::ContainerConfig,
-    pub sandbox: &'a api::PodSandboxConfig,
-    pub image: &'a ImageConfig,
-    /// The container's mounted rw overlay (the daemon mounts it). Read for /etc/passwd and
-    /// /etc/group, through `openat2(RESOLVE_IN_ROOT)` only.
-    pub rootfs: PathBuf,
-    /// The pod's pause process: network/ipc/uts (and pid in POD mode) are joined through
-    /// /proc/<pid>/ns/*.
-    pub pause_pid: u32,
-    /// `<root>/sandboxes/<sandbox id>/`: hostname, hosts, resolv.conf, shm/. Its last component
-    /// is the sandbox ID reported in the `io.kubernetes.cri.sandbox-id` annotation.
-    pub sandbox_dir: PathBuf,
-    pub host_network: bool,
-    pub host_ipc: bool,
-    pub host_pid: bool,
-    /// The pod's own user namespace (pause's, joined); None for the host's.
-    pub userns: Option<PodUserNs>,
-    pub cgroups_path: String,
-    /// The daemon's own oom_score_adj: a container cannot ask for less (no CAP_SYS_RESOURCE).
-    pub oom_score_adj_floor: i32,
-    /// The host's cgroup layout and scute's capabilities, gathered when the daemon started.
-    pub host: &'a HostFacts,
-}
 
 /// The OCI spec of a pod's container. Host side effects: a missing host_path of a CRI mount is
 /// created as a directory (as containerd does); nothing else is written.

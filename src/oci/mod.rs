@@ -19,15 +19,17 @@ pub mod userns;
 #[cfg(test)]
 mod tests;
 
-pub use container::{container_spec, process_args, security_warnings, ContainerSpec};
+pub use container::{container_spec, process_args, security_warnings};
 pub use host::{HostFacts, V1Cgroups};
 pub use resources::{check_resources, update_resources};
 
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::oci::userns::IdRange;
+use crate::api;
+use crate::image::record::ImageConfig;
+use crate::oci::userns::{IdRange, PodUserNs};
 
 /// runc's defaults: paths a container must not read or write through.
 pub const DEFAULT_MASKED_PATHS: &[&str] = &[
@@ -104,4 +106,31 @@ pub(crate) fn clean_absolute(path: &str) -> String {
         }
     }
     format!("/{}", parts.join("/"))
+}
+
+/// What a pod container's spec is made from.
+pub struct ContainerSpec<'a> {
+    pub id: &'a str,
+    pub config: &'a api::ContainerConfig,
+    pub sandbox: &'a api::PodSandboxConfig,
+    pub image: &'a ImageConfig,
+    /// The container's mounted rw overlay (the daemon mounts it). Read for /etc/passwd and
+    /// /etc/group, through `openat2(RESOLVE_IN_ROOT)` only.
+    pub rootfs: PathBuf,
+    /// The pod's pause process: network/ipc/uts (and pid in POD mode) are joined through
+    /// /proc/<pid>/ns/*.
+    pub pause_pid: u32,
+    /// `<root>/sandboxes/<sandbox id>/`: hostname, hosts, resolv.conf, shm/. Its last component
+    /// is the sandbox ID reported in the `io.kubernetes.cri.sandbox-id` annotation.
+    pub sandbox_dir: PathBuf,
+    pub host_network: bool,
+    pub host_ipc: bool,
+    pub host_pid: bool,
+    /// The pod's own user namespace (pause's, joined); None for the host's.
+    pub userns: Option<PodUserNs>,
+    pub cgroups_path: String,
+    /// The daemon's own oom_score_adj: a container cannot ask for less (no CAP_SYS_RESOURCE).
+    pub oom_score_adj_floor: i32,
+    /// The host's cgroup layout and scute's capabilities, gathered when the daemon started.
+    pub host: &'a HostFacts,
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use scute_sys::mountinfo::{self, Mount};
 
-use super::container::ContainerSpec;
+use super::ContainerSpec;
 use super::{clean_absolute, HostFacts, SpecError};
 use crate::api;
 use crate::api::MountPropagation;

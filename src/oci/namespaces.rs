@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::container::ContainerSpec;
+use super::ContainerSpec;
 use super::SpecError;
 use crate::api;
 use crate::api::NamespaceMode;

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::capabilities::{capabilities, held_from_status, ALL_CAPABILITIES, DEFAULT_CAPABILITIES};
 use super::container::{
-    container_spec, oom_score_adj, process_args, security_warnings, ContainerSpec, ANNOTATION_CONTAINER_NAME,
+    container_spec, oom_score_adj, process_args, security_warnings, ANNOTATION_CONTAINER_NAME,
     ANNOTATION_CONTAINER_TYPE, ANNOTATION_IMAGE_NAME, ANNOTATION_SANDBOX_ID, ANNOTATION_SANDBOX_NAME,
     ANNOTATION_SANDBOX_NAMESPACE, ANNOTATION_SANDBOX_UID,
 };
@@ -16,7 +16,8 @@ use scute_sys::mountinfo;
 
 use super::mounts::{cgroup_v1_mounts, ensure_propagation};
 use super::{
-    clean_absolute, HostFacts, SpecError, V1Cgroups, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS,
+    clean_absolute, ContainerSpec, HostFacts, SpecError, V1Cgroups, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV,
+    DEFAULT_READONLY_PATHS,
 };
 use crate::api;
 use crate::api::{MountPropagation, NamespaceMode};
