@@ -95,11 +95,6 @@ pub fn pod_dir(pod_member: &str) -> Option<String> {
     (!parent.is_empty() && !shared.contains(&parent)).then_some(parent)
 }
 
-/// Whether this path is in systemd's `slice:prefix:name` form.
-pub fn is_systemd(cgroups_path: &str) -> bool {
-    systemd_parts(cgroups_path).is_some()
-}
-
 fn systemd_parts(cgroups_path: &str) -> Option<(&str, &str, &str)> {
     if cgroups_path.starts_with('/') {
         return None;
@@ -231,8 +226,8 @@ mod tests {
             "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/scute-c.scope"
         );
         assert_eq!(dir("system.slice:scute:c"), "/system.slice/scute-c.scope");
-        assert!(is_systemd("system.slice:scute:c"));
-        assert!(!is_systemd("/scute/scute-c"));
+        assert!(systemd_parts("system.slice:scute:c").is_some());
+        assert!(systemd_parts("/scute/scute-c").is_none());
     }
 
     #[test]

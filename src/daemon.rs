@@ -114,6 +114,25 @@ pub async fn serve(config: Config) -> Result<()> {
 
     let mut servers = tokio::task::JoinSet::new();
 
+    // The image socket first: the main socket appearing is what callers (the kubelet, tests)
+    // take as "scute serves", so by then every socket does.
+    let image_address = &config.grpc.image_address;
+    if !image_address.as_os_str().is_empty() {
+        let image_listener = bind_socket(image_address, &config.state)?;
+        let router = tonic::transport::Server::builder().add_service(
+            image_service_server(service.clone())
+                .max_decoding_message_size(recv_max)
+                .max_encoding_message_size(send_max),
+        );
+        let mut rx = shutdown_rx.clone();
+        servers.spawn(
+            router.serve_with_incoming_shutdown(UnixListenerStream::new(image_listener), async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }),
+        );
+        tracing::info!(address = %image_address.display(), "serving CRI ImageService");
+    }
+
     let main_listener = bind_socket(&config.grpc.address, &config.state)?;
     let router = tonic::transport::Server::builder()
         .add_service(
@@ -133,23 +152,6 @@ pub async fn serve(config: Config) -> Result<()> {
         }),
     );
     tracing::info!(address = %config.grpc.address.display(), "serving CRI RuntimeService and ImageService");
-
-    let image_address = &config.grpc.image_address;
-    if !image_address.as_os_str().is_empty() {
-        let image_listener = bind_socket(image_address, &config.state)?;
-        let router = tonic::transport::Server::builder().add_service(
-            image_service_server(service.clone())
-                .max_decoding_message_size(recv_max)
-                .max_encoding_message_size(send_max),
-        );
-        let mut rx = shutdown_rx.clone();
-        servers.spawn(
-            router.serve_with_incoming_shutdown(UnixListenerStream::new(image_listener), async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }),
-        );
-        tracing::info!(address = %image_address.display(), "serving CRI ImageService");
-    }
 
     // Under systemd (Type=notify): the kubelet's unit, ordered after ours, starts now. A no-op
     // without NOTIFY_SOCKET.
