@@ -2,6 +2,9 @@
 //! itself holds (a set the runtime lacks cannot be granted).
 
 use std::collections::BTreeSet;
+use std::str::FromStr;
+
+use oci_spec::runtime::{Capabilities, Capability, LinuxCapabilities, LinuxCapabilitiesBuilder};
 
 use super::{HostFacts, SpecError};
 use crate::api;
@@ -163,4 +166,46 @@ pub(super) fn capabilities(
     set.retain(|c| held.contains(c));
     ambient.retain(|c| held.contains(c));
     Ok((set, ambient))
+}
+
+/// process.capabilities: `set` bounding, effective and permitted, `ambient` ambient and
+/// inheritable (capability numbers, as `capabilities` returns them).
+pub(crate) fn capability_sets(
+    set: &BTreeSet<usize>,
+    ambient: &BTreeSet<usize>,
+) -> Result<LinuxCapabilities, SpecError> {
+    let typed = |numbers: &BTreeSet<usize>| -> Result<Capabilities, SpecError> {
+        numbers.iter().map(|&c| capability(c)).collect()
+    };
+    let (set, ambient) = (typed(set)?, typed(ambient)?);
+    Ok(LinuxCapabilitiesBuilder::default()
+        .bounding(set.clone())
+        .effective(set.clone())
+        .permitted(set)
+        .inheritable(ambient.clone())
+        .ambient(ambient)
+        .build()?)
+}
+
+/// oci-spec's name for capability number `c` (its strings lack the `CAP_` prefix).
+pub(super) fn capability(c: usize) -> Result<Capability, SpecError> {
+    let name = ALL_CAPABILITIES
+        .get(c)
+        .ok_or_else(|| SpecError::Invalid(format!("unknown capability number {c}")))?;
+    Capability::from_str(name.trim_start_matches("CAP_"))
+        .map_err(|_| SpecError::Invalid(format!("oci-spec does not know capability {name}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_capability_has_its_oci_spec_name() {
+        for (c, name) in ALL_CAPABILITIES.iter().enumerate() {
+            let typed = capability(c).unwrap();
+            assert_eq!(serde_json::to_value(typed).unwrap(), *name);
+        }
+        assert!(capability(ALL_CAPABILITIES.len()).is_err());
+    }
 }

@@ -2,20 +2,19 @@
 //! the kubelet's semantics as containerd's CRI plugin implements them: command/args over the
 //! image's Entrypoint/Cmd, env, user, working dir, annotations, oom_score_adj.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use oci_spec::runtime::Spec;
-use serde_json::{json, Value};
+use oci_spec::runtime::{LinuxBuilder, Mount, ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder};
 
-use super::capabilities::{capabilities, ALL_CAPABILITIES};
+use super::capabilities::{capabilities, capability_sets, ALL_CAPABILITIES};
 use super::devices::container_devices;
 use super::mounts::container_mounts;
 use super::namespaces::container_namespaces;
 use super::resources::linux_resources;
 use super::{
-    or_defaults, seccomp, user, ContainerSpec, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV,
-    DEFAULT_READONLY_PATHS,
+    clear_example_defaults, or_defaults, seccomp, user, ContainerSpec, SpecError, DEFAULT_MASKED_PATHS,
+    DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS, OCI_VERSION,
 };
 use crate::api;
 use crate::image::record::ImageConfig;
@@ -61,7 +60,6 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
     let user = user::resolve(&s.rootfs, Some(sc), &s.image.user, s.userns.as_ref())?;
     let (caps, ambient) = capabilities(sc, privileged, s.host)?;
     let cap_names: Vec<&str> = caps.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
-    let ambient_names: Vec<&str> = ambient.iter().map(|&i| ALL_CAPABILITIES[i]).collect();
     let (mounts, rootfs_propagation) = container_mounts(s, sc, privileged)?;
     ensure_working_dir(&s.rootfs, &cwd, &mounts)?;
     let namespaces = container_namespaces(s, sc, privileged)?;
@@ -76,54 +74,55 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
         )
     };
 
-    let mut process = json!({
-        "terminal": s.config.tty,
-        "user": {"uid": user.uid, "gid": user.gid, "additionalGids": user.additional_gids},
-        "args": args,
-        "env": env,
-        "cwd": cwd,
-        "capabilities": {
-            "bounding": cap_names,
-            "effective": cap_names,
-            "permitted": cap_names,
-            "inheritable": ambient_names,
-            "ambient": ambient_names,
-        },
-        "oomScoreAdj": oom_score_adj(resources, s.oom_score_adj_floor),
-    });
+    let user = UserBuilder::default()
+        .uid(user.uid)
+        .gid(user.gid)
+        .additional_gids(user.additional_gids)
+        .build()?;
+    let mut process = ProcessBuilder::default()
+        .terminal(s.config.tty)
+        .user(user)
+        .args(args)
+        .env(env)
+        .cwd(cwd)
+        .capabilities(capability_sets(&caps, &ambient)?)
+        .oom_score_adj(oom_score_adj(resources, s.oom_score_adj_floor))
+        .build()?;
     // libcontainer treats a present `false` as set (and then loads seccomp after dropping
     // privileges, which fails for non-root users): only ever write `true`.
-    if sc.no_new_privs {
-        process["noNewPrivileges"] = json!(true);
-    }
-    let mut linux = json!({
-        "namespaces": namespaces,
-        "cgroupsPath": s.cgroups_path,
-        "resources": linux_resources(resources, device_rules, s.host),
-        "devices": devices,
-        "maskedPaths": masked,
-        "readonlyPaths": readonly,
-    });
+    process.set_no_new_privileges(sc.no_new_privs.then_some(true));
+    clear_example_defaults(&mut process);
+
+    let mut linux = LinuxBuilder::default()
+        .namespaces(namespaces)
+        .cgroups_path(&s.cgroups_path)
+        .resources(linux_resources(resources, device_rules, s.host)?)
+        .devices(devices)
+        .masked_paths(masked)
+        .readonly_paths(readonly);
     if let Some(seccomp) = seccomp {
-        linux["seccomp"] = seccomp;
+        linux = linux.seccomp(seccomp);
     }
     if let Some(propagation) = rootfs_propagation {
-        linux["rootfsPropagation"] = json!(propagation);
+        linux = linux.rootfs_propagation(propagation);
     }
-    let mut spec = json!({
-        "ociVersion": "1.0.2",
-        "process": process,
-        "root": {"path": s.rootfs, "readonly": sc.readonly_rootfs},
-        "mounts": mounts,
-        "annotations": container_annotations(s),
-        "linux": linux,
-    });
+    let mut spec = SpecBuilder::default()
+        .version(OCI_VERSION)
+        .process(process)
+        .root(
+            RootBuilder::default()
+                .path(&s.rootfs)
+                .readonly(sc.readonly_rootfs)
+                .build()?,
+        )
+        .mounts(mounts)
+        .annotations(container_annotations(s).into_iter().collect::<HashMap<_, _>>())
+        .linux(linux.build()?)
+        .build()?;
     // Joined from pause (which set it); a host-network container keeps the host's UTS namespace.
-    if !s.host_network && !s.sandbox.hostname.is_empty() {
-        spec["hostname"] = json!(s.sandbox.hostname);
-    }
-    serde_json::from_value(spec)
-        .map_err(|e| SpecError::Invalid(format!("building the spec of container {}: {e}", s.id)))
+    let hostname = (!s.host_network && !s.sandbox.hostname.is_empty()).then(|| s.sandbox.hostname.clone());
+    spec.set_hostname(hostname);
+    Ok(spec)
 }
 
 /// Messages for the daemon to log: security options scute accepts but cannot apply here
@@ -247,12 +246,12 @@ pub(super) fn working_dir(config: &api::ContainerConfig, image: &ImageConfig) ->
 /// A working directory the image does not have is created in the container's rootfs (its
 /// writable layer), as runc and Docker do and libcontainer does not (its chdir fails). One under
 /// a mount is left alone: it is not the rootfs's to create.
-pub(super) fn ensure_working_dir(rootfs: &Path, cwd: &str, mounts: &[Value]) -> Result<(), SpecError> {
+pub(super) fn ensure_working_dir(rootfs: &Path, cwd: &str, mounts: &[Mount]) -> Result<(), SpecError> {
     let cwd_path = Path::new(cwd);
     let under_mount = mounts
         .iter()
-        .filter_map(|m| m["destination"].as_str())
-        .any(|d| d != "/" && cwd_path.starts_with(d));
+        .map(|m| m.destination())
+        .any(|d| d != Path::new("/") && cwd_path.starts_with(d));
     if cwd == "/" || under_mount {
         return Ok(());
     }

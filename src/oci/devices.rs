@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use serde_json::{json, Value};
+use oci_spec::runtime::{
+    LinuxDevice, LinuxDeviceBuilder, LinuxDeviceCgroup, LinuxDeviceCgroupBuilder, LinuxDeviceType,
+};
 
 use super::{clean_absolute, SpecError};
 use crate::api;
@@ -17,7 +19,7 @@ pub(super) const HOST_DEV_SKIP: &[&str] = &[".lxc", ".lxd-mounts", ".mount", ".u
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct DeviceNode {
     pub(super) path: String,
-    pub(super) kind: &'static str,
+    pub(super) kind: LinuxDeviceType,
     pub(super) major: u64,
     pub(super) minor: u64,
     pub(super) mode: u32,
@@ -29,9 +31,9 @@ impl DeviceNode {
     fn from_metadata(path: String, md: &std::fs::Metadata) -> Option<DeviceNode> {
         let ft = md.file_type();
         let kind = if ft.is_char_device() {
-            "c"
+            LinuxDeviceType::C
         } else if ft.is_block_device() {
-            "b"
+            LinuxDeviceType::B
         } else {
             return None;
         };
@@ -46,11 +48,16 @@ impl DeviceNode {
         })
     }
 
-    fn spec(&self) -> Value {
-        json!({
-            "path": self.path, "type": self.kind, "major": self.major, "minor": self.minor,
-            "fileMode": self.mode, "uid": self.uid, "gid": self.gid,
-        })
+    fn spec(&self) -> Result<LinuxDevice, SpecError> {
+        Ok(LinuxDeviceBuilder::default()
+            .path(&self.path)
+            .typ(self.kind)
+            .major(self.major as i64)
+            .minor(self.minor as i64)
+            .file_mode(self.mode)
+            .uid(self.uid)
+            .gid(self.gid)
+            .build()?)
     }
 }
 
@@ -59,22 +66,26 @@ impl DeviceNode {
 pub(super) fn container_devices(
     requested: &[api::Device],
     privileged: bool,
-) -> Result<(Vec<Value>, Vec<Value>), SpecError> {
+) -> Result<(Vec<LinuxDevice>, Vec<LinuxDeviceCgroup>), SpecError> {
     let mut nodes = Vec::new();
-    let mut rules = vec![json!({"allow": false, "access": "rwm"})];
+    let mut rules = vec![device_rule(false, None, None, None, "rwm")?];
     if privileged {
         host_devices(Path::new("/dev"), Path::new("/dev"), "/dev", true, &mut nodes)
             .map_err(|e| SpecError::Host(format!("listing the host's devices: {e}")))?;
-        rules.push(json!({"allow": true, "access": "rwm"}));
+        rules.push(device_rule(true, None, None, None, "rwm")?);
     } else {
-        rules.extend(default_device_rules());
+        rules.extend(default_device_rules()?);
     }
     for d in requested {
         let access = device_access(&d.permissions)?;
         for node in requested_device(d)? {
-            rules.push(
-                json!({"allow": true, "type": node.kind, "major": node.major, "minor": node.minor, "access": access}),
-            );
+            rules.push(device_rule(
+                true,
+                Some(node.kind),
+                Some(node.major),
+                Some(node.minor),
+                &access,
+            )?);
             nodes.push(node);
         }
     }
@@ -86,20 +97,43 @@ pub(super) fn container_devices(
         .filter(|n| seen.insert(n.path.clone()))
         .collect();
     unique.reverse();
-    Ok((unique.iter().map(DeviceNode::spec).collect(), rules))
+    let devices = unique.iter().map(DeviceNode::spec).collect::<Result<_, _>>()?;
+    Ok((devices, rules))
+}
+
+/// A device cgroup rule; None is "any" (all types, all majors, all minors).
+pub(crate) fn device_rule(
+    allow: bool,
+    typ: Option<LinuxDeviceType>,
+    major: Option<u64>,
+    minor: Option<u64>,
+    access: &str,
+) -> Result<LinuxDeviceCgroup, SpecError> {
+    let mut b = LinuxDeviceCgroupBuilder::default().allow(allow).access(access);
+    if let Some(typ) = typ {
+        b = b.typ(typ);
+    }
+    if let Some(major) = major {
+        b = b.major(major as i64);
+    }
+    if let Some(minor) = minor {
+        b = b.minor(minor as i64);
+    }
+    Ok(b.build()?)
 }
 
 /// runc's allowed devices: mknod of anything, null, zero, full, tty, random, urandom, ptmx, pts.
-pub(super) fn default_device_rules() -> Vec<Value> {
+pub(super) fn default_device_rules() -> Result<Vec<LinuxDeviceCgroup>, SpecError> {
+    let (c, b) = (Some(LinuxDeviceType::C), Some(LinuxDeviceType::B));
     let mut rules = vec![
-        json!({"allow": true, "type": "c", "access": "m"}),
-        json!({"allow": true, "type": "b", "access": "m"}),
+        device_rule(true, c, None, None, "m")?,
+        device_rule(true, b, None, None, "m")?,
     ];
     for (major, minor) in [(1, 3), (1, 5), (1, 7), (5, 0), (1, 8), (1, 9), (5, 2)] {
-        rules.push(json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": "rwm"}));
+        rules.push(device_rule(true, c, Some(major), Some(minor), "rwm")?);
     }
-    rules.push(json!({"allow": true, "type": "c", "major": 136, "access": "rwm"}));
-    rules
+    rules.push(device_rule(true, c, Some(136), None, "rwm")?);
+    Ok(rules)
 }
 
 /// "" means "rwm"; otherwise a subset of `rwm`, each letter once.

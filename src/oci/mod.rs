@@ -3,7 +3,8 @@
 //! capabilities, resources, seccomp, namespaces), each a function of the request and the host's
 //! facts (`HostFacts`, gathered once at start, so unit tests pin a cgroup v1 or v2 host); the
 //! pause container's spec lives with the sandbox code (`sandbox::spec`) and uses the shared parts
-//! here.
+//! here. Every part is built with oci-spec's typed builders, so a misspelt field does not
+//! compile (a `json!` literal would drop it silently at deserialisation).
 
 mod capabilities;
 mod container;
@@ -19,13 +20,16 @@ pub mod userns;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use capabilities::capability_sets;
 pub use container::{container_spec, process_args, security_warnings};
+pub(crate) use devices::device_rule;
 pub use host::{HostFacts, V1Cgroups};
+pub(crate) use namespaces::namespace;
 pub use resources::{check_resources, update_resources};
 
 use std::path::{Component, Path, PathBuf};
 
-use serde_json::{json, Value};
+use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Mount, MountBuilder};
 
 use crate::api;
 use crate::image::record::ImageConfig;
@@ -57,10 +61,54 @@ pub enum SpecError {
     /// a propagation the host mount does not allow, no pause process).
     #[error("{0}")]
     Host(String),
+    /// oci-spec refused a value scute built (a bug in scute, not in the request).
+    #[error("building the OCI spec: {0}")]
+    Build(#[from] oci_spec::OciSpecError),
 }
 
-pub(crate) fn id_mapping(range: &IdRange) -> Value {
-    json!({"containerID": range.container_id, "hostID": range.host_id, "size": range.length})
+pub(crate) fn id_mapping(range: &IdRange) -> Result<LinuxIdMapping, SpecError> {
+    Ok(LinuxIdMappingBuilder::default()
+        .container_id(range.container_id)
+        .host_id(range.host_id)
+        .size(range.length)
+        .build()?)
+}
+
+/// One entry of the spec's mounts.
+pub(crate) fn mount(
+    destination: &str,
+    typ: &str,
+    source: impl Into<PathBuf>,
+    options: &[&str],
+) -> Result<Mount, SpecError> {
+    Ok(MountBuilder::default()
+        .destination(destination)
+        .typ(typ)
+        .source(source)
+        .options(options.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+        .build()?)
+}
+
+/// The mounts every container (pause included) starts from: proc, a tmpfs /dev with devpts and
+/// mqueue, and sysfs, read-only unless `sys_mode` is "rw" (privileged).
+pub(crate) fn default_mounts(sys_mode: &str) -> Result<Vec<Mount>, SpecError> {
+    Ok(vec![
+        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"])?,
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        )?,
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"],
+        )?,
+        mount("/dev/mqueue", "mqueue", "mqueue", &["nosuid", "noexec", "nodev"])?,
+        mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", sys_mode])?,
+    ])
 }
 
 /// `uid[:gid]` of an image USER; names need the image's /etc/passwd, which the sandbox image
@@ -80,6 +128,15 @@ pub(crate) fn numeric_user(user: &str) -> Result<(u32, u32), SpecError> {
             .map_err(|_| SpecError::Invalid(format!("sandbox image USER {user:?} must be numeric (uid[:gid])")))?
     };
     Ok((uid, gid))
+}
+
+/// The runtime-spec version scute's specs follow.
+pub const OCI_VERSION: &str = "1.0.2";
+
+/// oci-spec's builders start a process from runc's example (`sh`, TERM, RLIMIT_NOFILE 1024,
+/// noNewPrivileges): of those, a built spec keeps only what scute set from the request.
+pub(crate) fn clear_example_defaults(process: &mut oci_spec::runtime::Process) {
+    process.set_rlimits(None);
 }
 
 /// The PATH a container gets when its image sets none.

@@ -5,12 +5,12 @@ use std::collections::HashSet;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use oci_spec::runtime::Mount as SpecMount;
 
 use scute_sys::mountinfo::{self, Mount};
 
 use super::ContainerSpec;
-use super::{clean_absolute, HostFacts, SpecError};
+use super::{clean_absolute, default_mounts, mount, HostFacts, SpecError};
 use crate::api;
 use crate::api::MountPropagation;
 
@@ -36,7 +36,7 @@ pub(super) fn container_mounts(
     s: &ContainerSpec<'_>,
     sc: &api::LinuxContainerSecurityContext,
     privileged: bool,
-) -> Result<(Vec<Value>, Option<&'static str>), SpecError> {
+) -> Result<(Vec<SpecMount>, Option<&'static str>), SpecError> {
     let mut binds = Vec::new();
     for m in &s.config.mounts {
         binds.push(cri_mount(m)?);
@@ -82,18 +82,12 @@ pub(super) fn container_mounts(
     let destinations: HashSet<&str> = binds.iter().map(|b| b.destination.as_str()).collect();
 
     let sys_mode = if privileged { "rw" } else { "ro" };
-    let defaults = [
-        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
-        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
-        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
-        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
-        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", sys_mode]}),
-    ];
-    let mut mounts: Vec<Value> = defaults
+    let mut mounts: Vec<SpecMount> = default_mounts(sys_mode)?
         .into_iter()
-        .chain(cgroup_mounts(&s.cgroups_path, sys_mode, s.host))
+        .chain(cgroup_mounts(&s.cgroups_path, sys_mode, s.host)?)
         .filter(|m| {
-            let d = m["destination"].as_str().unwrap_or_default();
+            let d = m.destination().to_string_lossy();
+            let d = d.as_ref();
             let under_supplied_dev = destinations.contains("/dev") && d.starts_with("/dev/");
             let under_supplied_cgroup = destinations.contains("/sys/fs/cgroup") && d.starts_with("/sys/fs/cgroup/");
             !(destinations.contains(d) || under_supplied_dev || under_supplied_cgroup)
@@ -147,7 +141,7 @@ pub(super) fn container_mounts(
             (false, _) => "rw",
         });
         options.extend_from_slice(b.extra_options);
-        mounts.push(json!({"destination": b.destination, "type": "bind", "source": source, "options": options}));
+        mounts.push(mount(&b.destination, "bind", source, &options)?);
     }
     Ok((mounts, rootfs_propagation))
 }
@@ -179,12 +173,14 @@ pub(super) const LIBCONTAINER_V1_CONTROLLERS: &[&str] = &[
 /// looks its cgroups up in /proc/<its PID in its own PID namespace> of the host's procfs: for a
 /// container in its pod's PID namespace that is some unrelated host process, and the creation
 /// fails when the host has no process with that number.
-pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str, host: &HostFacts) -> Vec<Value> {
+pub(super) fn cgroup_mounts(cgroups_path: &str, mode: &str, host: &HostFacts) -> Result<Vec<SpecMount>, SpecError> {
     if host.cgroup2 {
-        return vec![json!({
-            "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
-            "options": ["nosuid", "noexec", "nodev", "relatime", mode],
-        })];
+        return Ok(vec![mount(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            &["nosuid", "noexec", "nodev", "relatime", mode],
+        )?]);
     }
     let v1 = &host.v1;
     cgroup_v1_mounts(cgroups_path, mode, &v1.mounts, &v1.own_cgroup, &v1.links)
@@ -198,11 +194,13 @@ pub(super) fn cgroup_v1_mounts(
     host_mounts: &[Mount],
     own_cgroup: &str,
     links: &[(String, String)],
-) -> Vec<Value> {
-    let mut mounts = vec![json!({
-        "destination": "/sys/fs/cgroup", "type": "tmpfs", "source": "tmpfs",
-        "options": ["nosuid", "noexec", "nodev", "mode=755"],
-    })];
+) -> Result<Vec<SpecMount>, SpecError> {
+    let mut mounts = vec![mount(
+        "/sys/fs/cgroup",
+        "tmpfs",
+        "tmpfs",
+        &["nosuid", "noexec", "nodev", "mode=755"],
+    )?];
     let mut seen = HashSet::new();
     for m in host_mounts.iter().filter(|m| m.fstype == "cgroup") {
         let mountpoint = &m.mount_point;
@@ -256,13 +254,15 @@ pub(super) fn cgroup_v1_mounts(
                 .map(|(link, _)| link.clone()),
         );
         for n in names {
-            mounts.push(json!({
-                "destination": format!("/sys/fs/cgroup/{n}"), "type": "bind", "source": source,
-                "options": ["rbind", "rprivate", "nosuid", "noexec", "nodev", mode],
-            }));
+            mounts.push(mount(
+                &format!("/sys/fs/cgroup/{n}"),
+                "bind",
+                &source,
+                &["rbind", "rprivate", "nosuid", "noexec", "nodev", mode],
+            )?);
         }
     }
-    mounts
+    Ok(mounts)
 }
 
 pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {

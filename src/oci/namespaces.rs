@@ -1,6 +1,8 @@
 //! A container's namespaces: the pod's (pause's, joined by path) per the NamespaceOption modes.
 
-use serde_json::{json, Value};
+use std::path::PathBuf;
+
+use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceBuilder, LinuxNamespaceType};
 
 use super::ContainerSpec;
 use super::SpecError;
@@ -11,7 +13,7 @@ pub(super) fn container_namespaces(
     s: &ContainerSpec<'_>,
     sc: &api::LinuxContainerSecurityContext,
     privileged: bool,
-) -> Result<Vec<Value>, SpecError> {
+) -> Result<Vec<LinuxNamespace>, SpecError> {
     let options = sc.namespace_options.clone().unwrap_or_default();
     // A container lives in its pod's user namespace; it can only ask for that one.
     let asked = crate::oci::userns::pod_user_namespace(&options).map_err(SpecError::Invalid)?;
@@ -24,31 +26,31 @@ pub(super) fn container_namespaces(
             "the container's user namespace options differ from its pod's".into(),
         ));
     }
-    let pause = |kind: &str| -> Result<Value, SpecError> {
+    let pause = |typ: LinuxNamespaceType| -> Result<LinuxNamespace, SpecError> {
         if s.pause_pid == 0 {
             return Err(SpecError::Host("the pod sandbox has no running pause process".into()));
         }
-        Ok(json!({"type": kind_name(kind), "path": format!("/proc/{}/ns/{kind}", s.pause_pid)}))
+        namespace(typ, Some(format!("/proc/{}/ns/{}", s.pause_pid, proc_name(typ)).into()))
     };
-    let mut namespaces = vec![json!({"type": "mount"})];
+    let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)?];
     // Joined first (libcontainer enters the user namespace before the others).
     if s.userns.is_some() {
-        namespaces.push(pause("user")?);
+        namespaces.push(pause(LinuxNamespaceType::User)?);
     }
     if !s.host_network {
-        namespaces.push(pause("net")?);
-        namespaces.push(pause("uts")?);
+        namespaces.push(pause(LinuxNamespaceType::Network)?);
+        namespaces.push(pause(LinuxNamespaceType::Uts)?);
     }
     if !s.host_ipc {
-        namespaces.push(pause("ipc")?);
+        namespaces.push(pause(LinuxNamespaceType::Ipc)?);
     }
     match options.pid() {
         NamespaceMode::Pod => {
             if !s.host_pid {
-                namespaces.push(pause("pid")?);
+                namespaces.push(pause(LinuxNamespaceType::Pid)?);
             }
         }
-        NamespaceMode::Container => namespaces.push(json!({"type": "pid"})),
+        NamespaceMode::Container => namespaces.push(namespace(LinuxNamespaceType::Pid, None)?),
         NamespaceMode::Node => {
             if !s.host_pid {
                 return Err(SpecError::Invalid(
@@ -65,15 +67,30 @@ pub(super) fn container_namespaces(
     }
     // As containerd: hide the host's cgroup tree on cgroup v2, except from privileged containers.
     if s.host.cgroup2 && !privileged {
-        namespaces.push(json!({"type": "cgroup"}));
+        namespaces.push(namespace(LinuxNamespaceType::Cgroup, None)?);
     }
     Ok(namespaces)
 }
 
-pub(super) fn kind_name(kind: &str) -> &str {
-    if kind == "net" {
-        "network"
-    } else {
-        kind
+/// A namespace to create (`path` None) or to join.
+pub(crate) fn namespace(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace, SpecError> {
+    let mut b = LinuxNamespaceBuilder::default().typ(typ);
+    if let Some(path) = path {
+        b = b.path(path);
+    }
+    Ok(b.build()?)
+}
+
+/// The namespace's file under /proc/<pid>/ns/.
+fn proc_name(typ: LinuxNamespaceType) -> &'static str {
+    match typ {
+        LinuxNamespaceType::Mount => "mnt",
+        LinuxNamespaceType::Cgroup => "cgroup",
+        LinuxNamespaceType::Uts => "uts",
+        LinuxNamespaceType::Ipc => "ipc",
+        LinuxNamespaceType::User => "user",
+        LinuxNamespaceType::Pid => "pid",
+        LinuxNamespaceType::Network => "net",
+        LinuxNamespaceType::Time => "time",
     }
 }

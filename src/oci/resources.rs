@@ -1,9 +1,10 @@
 //! Resources: the CRI's LinuxContainerResources as the OCI spec's linux.resources, for creation
 //! and for UpdateContainerResources.
 
-use std::collections::BTreeMap;
-
-use serde_json::{json, Map, Value};
+use oci_spec::runtime::{
+    LinuxCpuBuilder, LinuxDeviceCgroup, LinuxHugepageLimitBuilder, LinuxMemoryBuilder, LinuxResources,
+    LinuxResourcesBuilder,
+};
 
 use super::{HostFacts, SpecError};
 use crate::api;
@@ -12,71 +13,80 @@ use crate::api;
 /// the host has a swap controller), hugepages (when the host has hugetlb), unified.
 pub(super) fn linux_resources(
     r: Option<&api::LinuxContainerResources>,
-    device_rules: Vec<Value>,
+    device_rules: Vec<LinuxDeviceCgroup>,
     host: &HostFacts,
-) -> Value {
-    let mut out = json!({"devices": device_rules});
+) -> Result<LinuxResources, SpecError> {
+    let mut out = LinuxResourcesBuilder::default();
+    if !device_rules.is_empty() {
+        out = out.devices(device_rules);
+    }
     let Some(r) = r else {
-        return out;
+        return Ok(out.build()?);
     };
-    let mut cpu = Map::new();
+    let mut cpu = LinuxCpuBuilder::default();
+    let mut any_cpu = false;
     if r.cpu_shares > 0 {
-        cpu.insert("shares".into(), json!(r.cpu_shares));
+        cpu = cpu.shares(r.cpu_shares as u64);
+        any_cpu = true;
     }
     if r.cpu_quota != 0 {
-        cpu.insert("quota".into(), json!(r.cpu_quota));
+        cpu = cpu.quota(r.cpu_quota);
+        any_cpu = true;
     }
     if r.cpu_period > 0 {
-        cpu.insert("period".into(), json!(r.cpu_period));
+        cpu = cpu.period(r.cpu_period as u64);
+        any_cpu = true;
     }
     if !r.cpuset_cpus.is_empty() {
-        cpu.insert("cpus".into(), json!(r.cpuset_cpus));
+        cpu = cpu.cpus(r.cpuset_cpus.clone());
+        any_cpu = true;
     }
     if !r.cpuset_mems.is_empty() {
-        cpu.insert("mems".into(), json!(r.cpuset_mems));
+        cpu = cpu.mems(r.cpuset_mems.clone());
+        any_cpu = true;
     }
-    if !cpu.is_empty() {
-        out["cpu"] = Value::Object(cpu);
+    if any_cpu {
+        out = out.cpu(cpu.build()?);
     }
-    let mut memory = Map::new();
-    if r.memory_limit_in_bytes != 0 {
-        memory.insert("limit".into(), json!(r.memory_limit_in_bytes));
-        if r.memory_swap_limit_in_bytes == 0 && host.swap {
-            memory.insert("swap".into(), json!(r.memory_limit_in_bytes));
+    let limit = (r.memory_limit_in_bytes != 0).then_some(r.memory_limit_in_bytes);
+    let swap = match (r.memory_swap_limit_in_bytes, limit) {
+        _ if !host.swap => None,
+        (0, limit) => limit,
+        (swap, _) => Some(swap),
+    };
+    if limit.is_some() || swap.is_some() {
+        let mut memory = LinuxMemoryBuilder::default();
+        if let Some(limit) = limit {
+            memory = memory.limit(limit);
         }
-    }
-    if r.memory_swap_limit_in_bytes != 0 && host.swap {
-        memory.insert("swap".into(), json!(r.memory_swap_limit_in_bytes));
-    }
-    if !memory.is_empty() {
-        out["memory"] = Value::Object(memory);
+        if let Some(swap) = swap {
+            memory = memory.swap(swap);
+        }
+        out = out.memory(memory.build()?);
     }
     if !r.hugepage_limits.is_empty() && host.hugetlb {
-        let limits: Vec<Value> = r
+        let limits = r
             .hugepage_limits
             .iter()
-            .map(|h| json!({"pageSize": h.page_size, "limit": i64::try_from(h.limit).unwrap_or(i64::MAX)}))
-            .collect();
-        out["hugepageLimits"] = json!(limits);
+            .map(|h| {
+                LinuxHugepageLimitBuilder::default()
+                    .page_size(h.page_size.clone())
+                    .limit(i64::try_from(h.limit).unwrap_or(i64::MAX))
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        out = out.hugepage_limits(limits);
     }
     if !r.unified.is_empty() {
-        let unified: BTreeMap<&String, &String> = r.unified.iter().collect();
-        out["unified"] = json!(unified);
+        out = out.unified(r.unified.clone());
     }
-    out
+    Ok(out.build()?)
 }
 
-/// linux.resources as `container_spec` builds it from `r`, without device rules, typed: what
+/// linux.resources as `container_spec` builds it from `r`, without device rules: what
 /// UpdateContainerResources applies to a created or running container.
-pub fn update_resources(
-    r: &api::LinuxContainerResources,
-    host: &HostFacts,
-) -> Result<oci_spec::runtime::LinuxResources, SpecError> {
-    let mut v = linux_resources(Some(r), Vec::new(), host);
-    if let Some(fields) = v.as_object_mut() {
-        fields.remove("devices");
-    }
-    serde_json::from_value(v).map_err(|e| SpecError::Invalid(format!("container resources: {e}")))
+pub fn update_resources(r: &api::LinuxContainerResources, host: &HostFacts) -> Result<LinuxResources, SpecError> {
+    linux_resources(Some(r), Vec::new(), host)
 }
 
 /// The checks every RPC that carries LinuxContainerResources makes (RunPodSandbox's resources

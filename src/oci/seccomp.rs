@@ -12,7 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use oci_spec::runtime::{
+    Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArgBuilder, LinuxSeccompBuilder, LinuxSeccompOperator,
+    LinuxSyscall, LinuxSyscallBuilder,
+};
 
 use super::SpecError;
 use crate::api;
@@ -166,20 +169,20 @@ pub fn for_container(
     sc: &api::LinuxContainerSecurityContext,
     privileged: bool,
     caps: &[&str],
-) -> Result<Option<Value>, SpecError> {
+) -> Result<Option<LinuxSeccomp>, SpecError> {
     let profile = requested(sc)?;
     if privileged {
         return Ok(None);
     }
     match profile {
         Profile::Unconfined => Ok(None),
-        Profile::RuntimeDefault => Ok(Some(default_profile(caps))),
+        Profile::RuntimeDefault => default_profile(caps).map(Some),
         Profile::Localhost(path) => load_localhost(&path).map(Some),
     }
 }
 
 /// scute's RuntimeDefault profile for a container holding `caps`.
-pub fn default_profile(caps: &[&str]) -> Value {
+pub fn default_profile(caps: &[&str]) -> Result<LinuxSeccomp, SpecError> {
     let has = |wanted: &[&str]| wanted.iter().any(|c| caps.contains(c));
     let mut denied: Vec<&str> = ALWAYS_DENIED.to_vec();
     for (unless, names) in DENIED_WITHOUT {
@@ -190,47 +193,64 @@ pub fn default_profile(caps: &[&str]) -> Value {
     denied.sort_unstable();
     denied.dedup();
 
-    let mut syscalls = vec![json!({"names": denied, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM})];
+    let mut syscalls = vec![denial(&denied, EPERM, None)?];
     if !has(&["CAP_SYS_ADMIN"]) {
         // One rule per flag: a deny list needs "any of these bits", MASKED_EQ tests one.
-        let flags_arg = if cfg!(target_arch = "s390x") { 1 } else { 0 };
+        let flags_arg: usize = if cfg!(target_arch = "s390x") { 1 } else { 0 };
         for flag in CLONE_NAMESPACE_FLAGS {
-            syscalls.push(json!({
-                "names": ["clone"],
-                "action": "SCMP_ACT_ERRNO",
-                "errnoRet": EPERM,
-                "args": [{"index": flags_arg, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
-            }));
+            let arg = LinuxSeccompArgBuilder::default()
+                .index(flags_arg)
+                .value(flag)
+                .value_two(flag)
+                .op(LinuxSeccompOperator::ScmpCmpMaskedEq)
+                .build()?;
+            syscalls.push(denial(&["clone"], EPERM, Some(arg))?);
         }
         // clone3 passes its flags in memory, out of seccomp's reach.
-        syscalls.push(json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS}));
+        syscalls.push(denial(&["clone3"], ENOSYS, None)?);
     }
-    syscalls.push(json!({
-        "names": ["socket"],
-        "action": "SCMP_ACT_ERRNO",
-        "errnoRet": EPERM,
-        "args": [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_EQ"}],
-    }));
-    json!({
-        "defaultAction": "SCMP_ACT_ALLOW",
-        "architectures": architectures(),
-        "syscalls": syscalls,
-    })
+    let vsock = LinuxSeccompArgBuilder::default()
+        .index(0usize)
+        .value(AF_VSOCK)
+        .op(LinuxSeccompOperator::ScmpCmpEq)
+        .build()?;
+    syscalls.push(denial(&["socket"], EPERM, Some(vsock))?);
+    Ok(LinuxSeccompBuilder::default()
+        .default_action(LinuxSeccompAction::ScmpActAllow)
+        .architectures(architectures())
+        .syscalls(syscalls)
+        .build()?)
+}
+
+/// A rule failing `names` with `errno` (when their `arg` matches, if given).
+fn denial(
+    names: &[&str],
+    errno: u32,
+    arg: Option<oci_spec::runtime::LinuxSeccompArg>,
+) -> Result<LinuxSyscall, SpecError> {
+    let mut b = LinuxSyscallBuilder::default()
+        .names(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .action(LinuxSeccompAction::ScmpActErrno)
+        .errno_ret(errno);
+    if let Some(arg) = arg {
+        b = b.args(vec![arg]);
+    }
+    Ok(b.build()?)
 }
 
 /// The native architecture with the ones its kernel also runs (32-bit and x32 on x86_64),
 /// so a 32-bit binary meets the same filter instead of a bad-architecture kill.
-fn architectures() -> Vec<&'static str> {
+fn architectures() -> Vec<Arch> {
     if cfg!(target_arch = "x86_64") {
-        vec!["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
+        vec![Arch::ScmpArchX86_64, Arch::ScmpArchX86, Arch::ScmpArchX32]
     } else if cfg!(target_arch = "aarch64") {
-        vec!["SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"]
+        vec![Arch::ScmpArchAarch64, Arch::ScmpArchArm]
     } else if cfg!(target_arch = "s390x") {
-        vec!["SCMP_ARCH_S390X", "SCMP_ARCH_S390"]
+        vec![Arch::ScmpArchS390x, Arch::ScmpArchS390]
     } else if cfg!(target_arch = "riscv64") {
-        vec!["SCMP_ARCH_RISCV64"]
+        vec![Arch::ScmpArchRiscv64]
     } else if cfg!(all(target_arch = "powerpc64", target_endian = "little")) {
-        vec!["SCMP_ARCH_PPC64LE"]
+        vec![Arch::ScmpArchPpc64le]
     } else {
         Vec::new()
     }
@@ -238,7 +258,7 @@ fn architectures() -> Vec<&'static str> {
 
 /// A Localhost profile: the JSON file (an OCI `LinuxSeccomp`; Docker-format extras such as
 /// `archMap` are ignored, as containerd ignores them).
-pub fn load_localhost(path: &Path) -> Result<Value, SpecError> {
+pub fn load_localhost(path: &Path) -> Result<LinuxSeccomp, SpecError> {
     let invalid = |what: String| SpecError::Invalid(format!("seccomp profile {}: {what}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| invalid(e.to_string()))?;
     if !meta.is_file() {
@@ -248,13 +268,13 @@ pub fn load_localhost(path: &Path) -> Result<Value, SpecError> {
         return Err(invalid("too large".into()));
     }
     let bytes = std::fs::read(path).map_err(|e| invalid(e.to_string()))?;
-    let parsed: oci_spec::runtime::LinuxSeccomp =
-        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not a seccomp profile: {e}")))?;
-    serde_json::to_value(parsed).map_err(|e| invalid(e.to_string()))
+    serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not a seccomp profile: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[allow(deprecated)]
@@ -319,7 +339,7 @@ mod tests {
 
     #[test]
     fn default_profile_lifts_groups_by_capability() {
-        let plain = default_profile(&["CAP_CHOWN", "CAP_KILL"]);
+        let plain = serde_json::to_value(default_profile(&["CAP_CHOWN", "CAP_KILL"]).unwrap()).unwrap();
         assert_eq!(plain["defaultAction"], "SCMP_ACT_ALLOW");
         let names = denied(&plain);
         for n in [
@@ -347,7 +367,7 @@ mod tests {
             .sum();
         assert_eq!(clone_masks, 0x7E02_0000);
 
-        let admin = default_profile(&["CAP_SYS_ADMIN", "CAP_SYS_MODULE"]);
+        let admin = serde_json::to_value(default_profile(&["CAP_SYS_ADMIN", "CAP_SYS_MODULE"]).unwrap()).unwrap();
         let names = denied(&admin);
         for n in ["mount", "unshare", "setns", "bpf", "init_module", "syslog"] {
             assert!(!names.contains(&n.to_string()), "{n}");
@@ -358,9 +378,6 @@ mod tests {
             .unwrap()
             .iter()
             .any(|r| r["names"][0] == "clone"));
-
-        // It is a valid OCI seccomp object.
-        let _: oci_spec::runtime::LinuxSeccomp = serde_json::from_value(plain).unwrap();
     }
 
     #[test]
@@ -372,7 +389,7 @@ mod tests {
             r#"{"defaultAction":"SCMP_ACT_ERRNO","archMap":[],"syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"}]}"#,
         )
         .unwrap();
-        let v = load_localhost(&good).unwrap();
+        let v = serde_json::to_value(load_localhost(&good).unwrap()).unwrap();
         assert_eq!(v["defaultAction"], "SCMP_ACT_ERRNO");
         assert_eq!(v["syscalls"][0]["names"][1], "write");
 

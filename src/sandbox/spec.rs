@@ -1,16 +1,19 @@
 //! The pause container's spec: namespaces per the pod's NamespaceOption, the pinned network
 //! namespace joined by path, the pod's /dev/shm, sysctls, the cgroup under the kubelet's parent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use oci_spec::runtime::Spec;
-use serde_json::json;
+use oci_spec::runtime::{
+    LinuxBuilder, LinuxNamespaceType, LinuxResourcesBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
+    UserBuilder,
+};
 
 use crate::image::record::ImageConfig;
 use crate::oci::userns::PodUserNs;
 use crate::oci::{
-    id_mapping, numeric_user, user, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS,
+    capability_sets, clear_example_defaults, default_mounts, device_rule, id_mapping, mount, namespace, numeric_user,
+    user, SpecError, DEFAULT_MASKED_PATHS, DEFAULT_PATH_ENV, DEFAULT_READONLY_PATHS, OCI_VERSION,
 };
 
 /// What the pause container's spec is made from.
@@ -59,69 +62,78 @@ pub fn pause_spec(s: &SandboxSpec<'_>) -> Result<Spec, SpecError> {
         env.push(DEFAULT_PATH_ENV.into());
     }
 
-    let mut namespaces = vec![json!({"type": "mount"})];
+    let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)?];
     if !s.host_pid {
-        namespaces.push(json!({"type": "pid"}));
+        namespaces.push(namespace(LinuxNamespaceType::Pid, None)?);
     }
     if !s.host_ipc {
-        namespaces.push(json!({"type": "ipc"}));
+        namespaces.push(namespace(LinuxNamespaceType::Ipc, None)?);
     }
     // A host-network pod keeps the host's network and hostname (as the kubelet expects).
     if let Some(path) = &s.netns {
-        if s.userns.is_some() {
-            namespaces.push(json!({"type": "network"}));
-        } else {
-            namespaces.push(json!({"type": "network", "path": path}));
-        }
-        namespaces.push(json!({"type": "uts"}));
+        // In its own user namespace pause makes the network namespace (the daemon pins it).
+        let join = s.userns.is_none().then(|| path.clone());
+        namespaces.push(namespace(LinuxNamespaceType::Network, join)?);
+        namespaces.push(namespace(LinuxNamespaceType::Uts, None)?);
     }
-    let (mut uid_mappings, mut gid_mappings) = (Vec::new(), Vec::new());
+    let mut linux = LinuxBuilder::default()
+        .cgroups_path(&s.cgroups_path)
+        .sysctl(s.sysctls.clone().into_iter().collect::<HashMap<_, _>>())
+        .masked_paths(DEFAULT_MASKED_PATHS.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+        .readonly_paths(DEFAULT_READONLY_PATHS.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+        .resources(
+            LinuxResourcesBuilder::default()
+                .devices(vec![device_rule(false, None, None, None, "rwm")?])
+                .build()?,
+        );
     if let Some(userns) = &s.userns {
-        namespaces.push(json!({"type": "user"}));
-        uid_mappings.push(id_mapping(&userns.uids));
-        gid_mappings.push(id_mapping(&userns.gids));
+        namespaces.push(namespace(LinuxNamespaceType::User, None)?);
+        linux = linux
+            .uid_mappings(vec![id_mapping(&userns.uids)?])
+            .gid_mappings(vec![id_mapping(&userns.gids)?]);
     }
+    let linux = linux.namespaces(namespaces).build()?;
 
-    let spec = json!({
-        "ociVersion": "1.0.2",
-        "process": {
-            "terminal": false,
-            "user": {"uid": uid, "gid": gid},
-            "args": args,
-            "env": env,
-            "cwd": if s.image.working_dir.is_empty() { "/" } else { s.image.working_dir.as_str() },
-            "noNewPrivileges": true,
-            "oomScoreAdj": s.oom_score_adj,
-            // pause needs no privilege at all.
-            "capabilities": {"bounding": [], "effective": [], "permitted": [], "ambient": []},
-        },
-        "root": {"path": s.rootfs, "readonly": true},
-        "hostname": if s.netns.is_some() { Some(s.hostname) } else { None },
-        "mounts": [
-            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-            {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
-            {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
-            {"destination": "/dev/shm", "type": "bind", "source": s.shm, "options": ["rbind", "nosuid", "noexec", "nodev"]},
-            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
-        ],
-        "annotations": s.annotations,
-        "linux": {
-            "namespaces": namespaces,
-            "cgroupsPath": s.cgroups_path,
-            "sysctl": s.sysctls,
-            "maskedPaths": DEFAULT_MASKED_PATHS,
-            "readonlyPaths": DEFAULT_READONLY_PATHS,
-            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
-            "uidMappings": uid_mappings,
-            "gidMappings": gid_mappings,
-        },
-    });
-    serde_json::from_value(spec).map_err(|e| SpecError::Invalid(format!("building the sandbox spec: {e}")))
+    let mut mounts = default_mounts("ro")?;
+    mounts.push(mount(
+        "/dev/shm",
+        "bind",
+        &s.shm,
+        &["rbind", "nosuid", "noexec", "nodev"],
+    )?);
+    let cwd = if s.image.working_dir.is_empty() {
+        "/"
+    } else {
+        s.image.working_dir.as_str()
+    };
+    let mut process = ProcessBuilder::default()
+        .terminal(false)
+        .user(UserBuilder::default().uid(uid).gid(gid).build()?)
+        .args(args)
+        .env(env)
+        .cwd(cwd)
+        .no_new_privileges(true)
+        .oom_score_adj(s.oom_score_adj)
+        // pause needs no privilege at all.
+        .capabilities(capability_sets(&BTreeSet::new(), &BTreeSet::new())?)
+        .build()?;
+    clear_example_defaults(&mut process);
+    let mut spec = SpecBuilder::default()
+        .version(OCI_VERSION)
+        .process(process)
+        .root(RootBuilder::default().path(&s.rootfs).readonly(true).build()?)
+        .mounts(mounts)
+        .annotations(s.annotations.clone().into_iter().collect::<HashMap<_, _>>())
+        .linux(linux)
+        .build()?;
+    spec.set_hostname(s.netns.is_some().then(|| s.hostname.to_string()));
+    Ok(spec)
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn input<'a>(

@@ -200,6 +200,7 @@ fn spec_code(e: &SpecError) -> Code {
         SpecError::Invalid(_) => Code::InvalidArgument,
         // The host is not as the request needs it (a mount's propagation or source, no pause).
         SpecError::Host(_) => Code::FailedPrecondition,
+        SpecError::Build(_) => Code::Internal,
     }
 }
 
