@@ -286,7 +286,7 @@ impl Config {
                 return Err(bad(key, "must be at least 1".into()));
             }
         }
-        if let Err(e) = crate::image::reference::ImageRef::parse(&self.image.sandbox_image) {
+        if let Err(e) = crate::distribution::reference::ImageRef::parse(&self.image.sandbox_image) {
             return Err(bad("image.sandbox_image", e.to_string()));
         }
         if self.log.level.trim().is_empty() {

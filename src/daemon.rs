@@ -16,9 +16,11 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::Config;
 use crate::container::manager::ContainerManager;
-use crate::image::reference::ImageRef;
+use crate::container::record::ContainerState;
+use crate::distribution::reference::ImageRef;
 use crate::image::{ImageManager, ImageManagerConfig};
 use crate::sandbox::manager::SandboxManager;
+use crate::sandbox::record::SandboxState;
 use crate::server::{image_service_server, runtime_service_server, Cri, CriService};
 use crate::store::Store;
 use crate::streaming::StreamingServer;
@@ -48,6 +50,7 @@ pub async fn serve(config: Config) -> Result<()> {
             hosts_dir: &config.registry.config_path,
             max_concurrent_downloads: config.image.max_concurrent_downloads,
             pinned: vec![ImageRef::parse(&config.image.sandbox_image)?.to_string()],
+            held_snapshots: containers_snapshots(store.clone()),
         },
     )?;
     let images = Arc::new(images);
@@ -89,13 +92,18 @@ pub async fn serve(config: Config) -> Result<()> {
     .await?;
 
     if !config.metrics.address.is_empty() {
-        crate::metrics::serve(
-            &config.metrics.address,
-            sandboxes.clone(),
-            containers.clone(),
-            shutdown_rx.clone(),
-        )
-        .await?;
+        let (sandboxes, containers) = (sandboxes.clone(), containers.clone());
+        let live = move || crate::metrics::Live {
+            sandboxes_ready: sandboxes
+                .list()
+                .map(|all| all.iter().filter(|s| s.state == SandboxState::Ready).count())
+                .unwrap_or(0),
+            containers_running: containers
+                .list_records()
+                .map(|all| all.iter().filter(|c| c.state == ContainerState::Running).count())
+                .unwrap_or(0),
+        };
+        crate::metrics::serve(&config.metrics.address, live, shutdown_rx.clone()).await?;
     }
 
     let cri = Arc::new(Cri {
@@ -312,4 +320,13 @@ fn cleanup_sockets(config: &Config) {
             }
         }
     }
+}
+
+/// The snapshot chains of every container record: a container keeps its rootfs layers when
+/// its image is removed.
+fn containers_snapshots(store: Arc<Store>) -> crate::image::HeldSnapshots {
+    Box::new(move || {
+        let containers = store.list::<crate::container::record::ContainerRecord>()?;
+        Ok(containers.into_iter().flat_map(|c| c.chain_ids).collect())
+    })
 }

@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod container;
 pub mod daemon;
+pub mod distribution;
 pub mod handover;
 pub mod ids;
 pub mod image;

@@ -25,10 +25,13 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::container::manager::ContainerManager;
-use crate::container::record::ContainerState;
-use crate::sandbox::manager::SandboxManager;
-use crate::sandbox::record::SandboxState;
+/// What the daemon counts at scrape time (the metrics module knows no manager: it sits below
+/// them, and the image pull pipeline counts into it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Live {
+    pub sandboxes_ready: usize,
+    pub containers_running: usize,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {
@@ -168,17 +171,9 @@ impl Metrics {
     }
 
     /// The registry as Prometheus text, with the scrape-time gauges refreshed first.
-    async fn render(&self, sandboxes: &SandboxManager, containers: &ContainerManager) -> String {
-        let ready = sandboxes
-            .list()
-            .map(|all| all.iter().filter(|s| s.state == SandboxState::Ready).count())
-            .unwrap_or(0);
-        let running = containers
-            .list_records()
-            .map(|all| all.iter().filter(|c| c.state == ContainerState::Running).count())
-            .unwrap_or(0);
-        self.sandboxes_ready.set(ready as i64);
-        self.containers_running.set(running as i64);
+    fn render(&self, live: Live) -> String {
+        self.sandboxes_ready.set(live.sandboxes_ready as i64);
+        self.containers_running.set(live.containers_running as i64);
         let (count, rss) = shim_memory();
         self.shims.set(count);
         self.shim_rss.set(rss);
@@ -243,13 +238,14 @@ fn shim_memory() -> (i64, i64) {
     (count, rss_kib * 1024)
 }
 
-/// Serves `/metrics` on `address` until `shutdown` turns true.
+/// Serves `/metrics` on `address` until `shutdown` turns true; `live` counts the daemon's pods
+/// and containers at each scrape.
 pub async fn serve(
     address: &str,
-    sandboxes: Arc<SandboxManager>,
-    containers: Arc<ContainerManager>,
+    live: impl Fn() -> Live + Send + Sync + 'static,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<std::net::SocketAddr> {
+    let live = Arc::new(live);
     let listener = TcpListener::bind(address)
         .await
         .with_context(|| format!("binding the metrics server to {address}"))?;
@@ -265,17 +261,17 @@ pub async fn serve(
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
-            let (sandboxes, containers) = (sandboxes.clone(), containers.clone());
+            let live = live.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let (sandboxes, containers) = (sandboxes.clone(), containers.clone());
+                    let live = live.clone();
                     async move {
                         let response = if request.method() != Method::GET || request.uri().path() != "/metrics" {
                             let mut r = Response::new(Full::new(Bytes::from_static(b"see /metrics\n")));
                             *r.status_mut() = StatusCode::NOT_FOUND;
                             r
                         } else {
-                            let text = global().render(&sandboxes, &containers).await;
+                            let text = global().render(live());
                             let mut r = Response::new(Full::new(Bytes::from(text)));
                             r.headers_mut().insert(
                                 header::CONTENT_TYPE,

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::pod::{container, pod, pod_full, pod_with};
+use common::pod::{container, pod, pod_full, pod_with, BUSYBOX};
 use scute::api;
 use tonic::Code;
 
@@ -366,5 +366,62 @@ async fn tty_and_stdin_containers() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(pod.status(&input).await.state(), api::ContainerState::ContainerRunning);
     assert!(!pod.log("input").contains("cat-ended"), "{}", pod.log("input"));
+    pod.remove_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_keeps_its_layers_when_its_image_is_removed() {
+    let pod = pod("orphan").await;
+    let id = pod
+        .create(container(
+            "main",
+            "cat /etc/hostname >/dev/null && echo still here; exec sleep 3600",
+        ))
+        .await
+        .unwrap();
+    let snapshots = || {
+        let mut dirs: Vec<_> = std::fs::read_dir(pod.daemon.root.join("snapshots"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        dirs.sort();
+        dirs
+    };
+    let before = snapshots();
+    pod.daemon
+        .images()
+        .await
+        .remove_image(api::RemoveImageRequest {
+            image: Some(api::ImageSpec {
+                image: BUSYBOX.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let listed = pod
+        .daemon
+        .images()
+        .await
+        .list_images(api::ListImagesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .images;
+    assert!(
+        !listed.iter().any(|i| i.repo_tags.iter().any(|t| t == BUSYBOX)),
+        "{listed:?}"
+    );
+    // The removal collected garbage, and the container's layers were not garbage.
+    assert_eq!(snapshots(), before);
+    pod.daemon
+        .runtime()
+        .await
+        .start_container(api::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    pod.wait_log("main", "stdout F still here").await;
     pod.remove_all().await;
 }

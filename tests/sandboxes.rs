@@ -391,7 +391,7 @@ async fn interrupted_creations_are_removed_at_restart() {
                     config: vec![],
                     image_ref: "busybox".into(),
                     image_name: "busybox".into(),
-                    image_id: scute::image::digest::Digest::of(b"x"),
+                    image_id: scute::distribution::digest::Digest::of(b"x"),
                     chain_ids: vec![],
                     state: ContainerState::Created,
                     pid: 0,

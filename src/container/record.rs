@@ -11,7 +11,7 @@ use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
 use crate::api;
-use crate::image::digest::Digest;
+use crate::distribution::digest::Digest;
 use crate::store::{Kind, Record};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
-use super::digest::Digest;
+use crate::distribution::digest::Digest;
 
 pub struct ContentStore {
     blobs: PathBuf,

@@ -6,12 +6,10 @@
 //! those files.
 
 pub mod content;
-pub mod digest;
 pub mod hosts;
 pub mod pause;
 mod pull;
 pub mod record;
-pub mod reference;
 pub mod registry;
 pub mod unpack;
 
@@ -20,13 +18,13 @@ use std::sync::Arc;
 
 use tokio::sync::Mutex;
 
+use crate::distribution::digest::Digest;
+use crate::distribution::reference::{self, ImageRef};
 use crate::keyed_lock::KeyedLocks;
 use crate::snapshot::{SnapshotRecord, Snapshotter};
 use crate::store::{self, Kind, Store};
 use content::ContentStore;
-use digest::Digest;
 use record::ImageRecord;
-use reference::ImageRef;
 
 pub use pull::PullProgress;
 pub use registry::Credentials;
@@ -92,13 +90,20 @@ pub struct ImageManager {
     in_flight: std::sync::Mutex<Vec<Digest>>,
     content_root: PathBuf,
     snapshots_root: PathBuf,
+    held_snapshots: HeldSnapshots,
 }
+
+/// The snapshot chains something above the image layer still uses (containers keep their
+/// rootfs layers when their image is removed): asked at each garbage collection, so images
+/// need not know what a container is.
+pub type HeldSnapshots = Box<dyn Fn() -> Result<Vec<Digest>, store::Error> + Send + Sync>;
 
 pub struct ImageManagerConfig<'a> {
     pub root: &'a Path,
     pub hosts_dir: &'a Path,
     pub max_concurrent_downloads: usize,
     pub pinned: Vec<String>,
+    pub held_snapshots: HeldSnapshots,
 }
 
 impl ImageManager {
@@ -118,6 +123,7 @@ impl ImageManager {
             in_flight: std::sync::Mutex::new(Vec::new()),
             content_root,
             snapshots_root,
+            held_snapshots: config.held_snapshots,
         })
     }
 
@@ -207,12 +213,11 @@ impl ImageManager {
         let images = self.store.list::<ImageRecord>()?;
         let live_blobs: std::collections::HashSet<&Digest> =
             images.iter().flat_map(|i| i.blobs()).chain(in_flight.iter()).collect();
-        // Containers keep their rootfs layers even when their image is removed.
-        let containers = self.store.list::<crate::container::record::ContainerRecord>()?;
+        let held = (self.held_snapshots)()?;
         let live_chains: std::collections::HashSet<&Digest> = images
             .iter()
             .flat_map(|i| i.layers.iter().map(|l| &l.chain_id))
-            .chain(containers.iter().flat_map(|c| c.chain_ids.iter()))
+            .chain(held.iter())
             .chain(in_flight.iter())
             .collect();
         for blob in self.content.list()? {

@@ -5,9 +5,9 @@
 
 use std::io::Write;
 
-use super::digest::{chain_ids, Digest};
 use super::record::{ImageConfig, ImageRecord, LayerRecord};
 use super::{ImageError, ImageManager};
+use crate::distribution::digest::{chain_ids, Digest};
 use crate::snapshot::SnapshotRecord;
 
 /// The name the embedded pause image is imported under (the kubelet 1.36 default sandbox image).
@@ -107,7 +107,7 @@ impl ImageManager {
             diff_id: built.diff_id.clone(),
             size: PAUSE_BINARY.len() as u64,
         })?;
-        let image_ref = super::reference::ImageRef::parse(EMBEDDED_PAUSE_IMAGE)?;
+        let image_ref = crate::distribution::reference::ImageRef::parse(EMBEDDED_PAUSE_IMAGE)?;
         let record = ImageRecord {
             id: built.config_digest,
             repo_tags: image_ref.repo_tag().into_iter().collect(),

@@ -17,12 +17,12 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::content::{ContentError, Ingest};
-use super::digest::{chain_ids, Digest};
 use super::record::{ImageConfig, ImageRecord, LayerRecord};
-use super::reference::ImageRef;
 use super::registry::{Credentials, Remote};
 use super::unpack::{self, UnpackError};
 use super::{ImageError, ImageManager, PullError};
+use crate::distribution::digest::{chain_ids, Digest};
+use crate::distribution::reference::ImageRef;
 use crate::snapshot::SnapshotRecord;
 
 /// How often a long layer download logs its progress.

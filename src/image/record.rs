@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::digest::Digest;
+use crate::distribution::digest::Digest;
 use crate::store::{Kind, Record};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -20,10 +20,10 @@ use oci_client::manifest::{OciDescriptor, OciImageIndex};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
-use super::digest::Digest;
 use super::hosts::{self, HostEndpoint, Scheme};
-use super::reference::ImageRef;
 use super::PullError;
+use crate::distribution::digest::Digest;
+use crate::distribution::reference::ImageRef;
 
 pub const MEDIA_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const MEDIA_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";

@@ -94,3 +94,23 @@ fn proc_name(typ: LinuxNamespaceType) -> &'static str {
         LinuxNamespaceType::Time => "time",
     }
 }
+
+/// The check every RPC that carries a NamespaceOption makes (RunPodSandbox, CreateContainer):
+/// each mode is one the CRI defines. The message names the field.
+pub fn check_namespace_options(ns: &api::NamespaceOption) -> Result<(), SpecError> {
+    let modes = [
+        ("network", ns.network),
+        ("pid", ns.pid),
+        ("ipc", ns.ipc),
+        ("userns", ns.userns_options.as_ref().map(|u| u.mode).unwrap_or_default()),
+    ];
+    match modes
+        .into_iter()
+        .find(|(_, mode)| NamespaceMode::try_from(*mode).is_err())
+    {
+        Some((field, mode)) => Err(SpecError::Invalid(format!(
+            "namespace_options.{field} {mode} is not a NamespaceMode"
+        ))),
+        None => Ok(()),
+    }
+}

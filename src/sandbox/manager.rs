@@ -886,16 +886,8 @@ fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> R
         .as_ref()
         .and_then(|s| s.namespace_options.as_ref())
     {
-        let modes = [
-            ("network", ns.network),
-            ("pid", ns.pid),
-            ("ipc", ns.ipc),
-            ("userns", ns.userns_options.as_ref().map(|u| u.mode).unwrap_or_default()),
-        ];
-        for (field, mode) in modes {
-            if api::NamespaceMode::try_from(mode).is_err() {
-                return invalid(format!("namespace_options.{field} {mode} is not a NamespaceMode"));
-            }
+        if let Err(e) = crate::oci::check_namespace_options(ns) {
+            return invalid(e.to_string());
         }
     }
     for (field, resources) in [("resources", &linux.resources), ("overhead", &linux.overhead)] {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::image::digest::Digest;
+use crate::distribution::digest::Digest;
 use crate::store::{Kind, Record};
 
 /// A committed layer snapshot, as kept in the store.

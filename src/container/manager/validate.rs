@@ -107,17 +107,7 @@ pub(super) fn validate_config(config: &api::ContainerConfig) -> Result<(), Conta
         }
         if let Some(security) = &linux.security_context {
             if let Some(ns) = &security.namespace_options {
-                let modes = [
-                    ("network", ns.network),
-                    ("pid", ns.pid),
-                    ("ipc", ns.ipc),
-                    ("userns", ns.userns_options.as_ref().map(|u| u.mode).unwrap_or_default()),
-                ];
-                for (field, mode) in modes {
-                    if api::NamespaceMode::try_from(mode).is_err() {
-                        return invalid(format!("namespace_options.{field} {mode} is not a NamespaceMode"));
-                    }
-                }
+                crate::oci::check_namespace_options(ns).map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
             }
             let profiles = [&security.seccomp, &security.apparmor];
             for profile in profiles.into_iter().flatten() {
