@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::container::manager::ContainerManager;
 use crate::container::record::ContainerState;
 use crate::distribution::reference::ImageRef;
+use crate::events::{Events, PodContainers};
 use crate::image::{ImageManager, ImageManagerConfig};
 use crate::sandbox::manager::SandboxManager;
 use crate::sandbox::record::SandboxState;
@@ -62,11 +63,14 @@ pub async fn serve(config: Config) -> Result<()> {
     let shim_binary = std::env::current_exe()
         .context("locating the scute binary")?
         .with_file_name("scute-shim");
+    let events = Arc::new(Events::default());
     let sandboxes = Arc::new(SandboxManager::new(
         config.clone(),
         store.clone(),
         images.clone(),
         shim_binary,
+        events.clone(),
+        pod_containers(store.clone()),
     ));
     sandboxes.recover().await.context("recovering pod sandboxes")?;
 
@@ -75,12 +79,12 @@ pub async fn serve(config: Config) -> Result<()> {
         store.clone(),
         images.clone(),
         sandboxes.clone(),
+        events.clone(),
     ));
     containers.recover().await.context("recovering containers")?;
     for sandbox in sandboxes.list().context("listing pod sandboxes")? {
         containers.watch_shim(sandbox.id);
     }
-    let event_owner = containers.clone();
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let streaming = StreamingServer::start(
@@ -112,6 +116,7 @@ pub async fn serve(config: Config) -> Result<()> {
         images,
         sandboxes,
         containers,
+        events: events.clone(),
         streaming,
         started_at: SystemTime::now(),
         runtime_readiness: Default::default(),
@@ -185,7 +190,7 @@ pub async fn serve(config: Config) -> Result<()> {
     tracing::info!(signal = reason, "shutting down: no new RPCs; containers keep running");
     let _ = shutdown_tx.send(true);
     // Event subscriptions never end by themselves.
-    event_owner.events().close();
+    events.close();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while let Some(result) = servers.join_next().await {
             if let Ok(Err(e)) = result {
@@ -320,6 +325,11 @@ fn cleanup_sockets(config: &Config) {
             }
         }
     }
+}
+
+/// The stored statuses of a pod's containers, for the pod's own events.
+fn pod_containers(store: Arc<Store>) -> PodContainers {
+    Box::new(move |sandbox_id| crate::container::record::pod_statuses(&store, sandbox_id))
 }
 
 /// The snapshot chains of every container record: a container keeps its rootfs layers when

@@ -15,6 +15,7 @@ pub mod config;
 pub mod container;
 pub mod daemon;
 pub mod distribution;
+pub mod events;
 pub mod handover;
 pub mod ids;
 pub mod image;

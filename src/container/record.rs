@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api;
 use crate::distribution::digest::Digest;
-use crate::store::{Kind, Record};
+use crate::store::{Kind, Record, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerState {
@@ -85,6 +85,22 @@ impl Record for ContainerRecord {
     const KIND: Kind = Kind::Container;
     fn id(&self) -> &str {
         &self.id
+    }
+}
+
+/// The stored statuses of a pod's containers, which every event about the pod carries (an
+/// unreadable store gives none, with a warning: an event is not worth failing a transition).
+pub fn pod_statuses(store: &Store, sandbox_id: &str) -> Vec<api::ContainerStatus> {
+    match store.list::<ContainerRecord>() {
+        Ok(records) => records
+            .iter()
+            .filter(|c| c.sandbox_id == sandbox_id)
+            .map(ContainerRecord::to_cri_status)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(sandbox = %sandbox_id, error = %e, "listing containers for an event");
+            Vec::new()
+        }
     }
 }
 

@@ -28,6 +28,7 @@ use super::spec::{pause_spec, SandboxSpec};
 use crate::api;
 use crate::cgroups::DEFAULT_CGROUPFS_PARENT;
 use crate::config::Config;
+use crate::events::{Events, PodContainers};
 use crate::handover::Unclaimed;
 use crate::image::{Credentials, ImageError, ImageManager};
 use crate::keyed_lock::KeyedLocks;
@@ -82,6 +83,9 @@ pub struct SandboxManager {
     id_locks: KeyedLocks,
     /// Sandboxes made but not yet handed to a caller (see `run`).
     unclaimed: Arc<Unclaimed>,
+    /// Where the pod's own events go (`sandbox/events.rs`), with its containers' statuses.
+    pub(super) events: Arc<Events>,
+    pub(super) pod_containers: PodContainers,
 }
 
 impl SandboxManager {
@@ -90,6 +94,8 @@ impl SandboxManager {
         store: Arc<Store>,
         images: Arc<ImageManager>,
         shim_binary: PathBuf,
+        events: Arc<Events>,
+        pod_containers: PodContainers,
     ) -> SandboxManager {
         let cni = CniManager::new(&config.cni, &config.state);
         SandboxManager {
@@ -102,6 +108,8 @@ impl SandboxManager {
             name_locks: KeyedLocks::default(),
             id_locks: KeyedLocks::default(),
             unclaimed: Default::default(),
+            events,
+            pod_containers,
         }
     }
 
@@ -218,6 +226,10 @@ impl SandboxManager {
                 record.made_ready();
                 self.store.put(&record)?;
                 tracing::info!(sandbox = %id, name = %name, ip = ?record.ips, "pod sandbox ready");
+                self.send_event(&id, api::ContainerEventType::ContainerCreatedEvent)
+                    .await;
+                self.send_event(&id, api::ContainerEventType::ContainerStartedEvent)
+                    .await;
                 Ok(id)
             }
             Err(e) => {
@@ -457,43 +469,49 @@ impl SandboxManager {
         }
     }
 
-    /// StopPodSandbox: stops pause (and, later, every container), detaches the network and
-    /// releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine. Returns the
-    /// sandbox's ID when this call moved it from Ready (its STOPPED event is the caller's to send).
-    pub async fn stop(&self, id_or_prefix: &str) -> Result<Option<String>, SandboxError> {
+    /// StopPodSandbox: stops pause (its containers are stopped first, by the caller), detaches
+    /// the network and releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine.
+    pub async fn stop(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
         let id = match self.resolve(id_or_prefix) {
             Ok(id) => id,
-            Err(SandboxError::NotFound(_)) => return Ok(None),
+            Err(SandboxError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
         let _lock = self.id_locks.lock(&id).await;
         let Some(mut record) = self.store.get::<SandboxRecord>(&id)? else {
-            return Ok(None);
+            return Ok(());
         };
-        // Decided under the sandbox's lock, as `pause_exited` decides: whichever of the two
-        // moves it from Ready reports STOPPED, so the event goes out exactly once.
         self.teardown(&record, false).await?;
         let was_ready = record.stopped();
         self.store.put(&record)?;
         tracing::info!(sandbox = %id, "pod sandbox stopped");
-        Ok(was_ready.then_some(id))
+        // Decided and sent under the sandbox's lock, as `pause_exited` does: whichever of the
+        // two moves it from Ready reports STOPPED, so the event goes out exactly once (not on
+        // retries, nor after pause exited first and that was reported).
+        if was_ready {
+            self.send_event(&id, api::ContainerEventType::ContainerStoppedEvent)
+                .await;
+        }
+        Ok(())
     }
 
     /// The pause of `id` exited, or its shim is gone, without a StopPodSandbox: a Ready sandbox
-    /// becomes NotReady (its network stays until the kubelet stops it, as with containerd).
-    /// True when this made that change, so its STOPPED event is sent once: a StopPodSandbox
+    /// becomes NotReady (its network stays until the kubelet stops it, as with containerd) and
+    /// its STOPPED event goes out, the Evented PLEG's only news of it. Once: a StopPodSandbox
     /// that comes first stores NotReady itself (and sends the event).
-    pub async fn pause_exited(&self, id: &str) -> Result<bool, SandboxError> {
+    pub async fn pause_exited(&self, id: &str) -> Result<(), SandboxError> {
         let _lock = self.id_locks.lock(id).await;
         let Some(mut record) = self.store.get::<SandboxRecord>(id)? else {
-            return Ok(false);
+            return Ok(());
         };
         if !record.stopped() {
-            return Ok(false);
+            return Ok(());
         }
         self.store.put(&record)?;
         tracing::warn!(sandbox = %id, "pause exited by itself: pod sandbox NotReady");
-        Ok(true)
+        self.send_event(id, api::ContainerEventType::ContainerStoppedEvent)
+            .await;
+        Ok(())
     }
 
     /// UpdatePodSandboxResources: records the pod's new overhead and resources in its stored
@@ -533,10 +551,16 @@ impl SandboxManager {
         let Some(record) = self.store.get::<SandboxRecord>(&id)? else {
             return Ok(());
         };
+        // Built before the removal so it carries the pod's status: the kubelet finds the pod's
+        // UID there (containerd 2 does the same).
+        let deleted = self.event(&id, api::ContainerEventType::ContainerDeletedEvent).await;
         self.teardown(&record, true).await?;
         self.store.delete::<SandboxRecord>(&id, Some(&record.name))?;
         self.unclaimed.forget(&id);
         tracing::info!(sandbox = %id, "pod sandbox removed");
+        if let Some(event) = deleted {
+            self.events.send(event);
+        }
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! Pod sandboxes: lifecycle (manager) and records, per-pod files, pinned network namespaces
-//! (netns) and CNI (cni), run through the per-pod shim.
+//! (netns) and CNI (cni), run through the per-pod shim; the pod's own events.
 
 pub mod cni;
+mod events;
 pub mod files;
 pub mod manager;
 pub mod netns;

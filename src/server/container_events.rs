@@ -6,14 +6,14 @@ use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
 use crate::api;
-use crate::container::events::Ended;
+use crate::events::Ended;
 
 impl Cri {
     pub(super) async fn container_events(
         &self,
         _request: api::GetEventsRequest,
     ) -> Result<BoxStream<api::ContainerEventResponse>, RpcError> {
-        let subscription = self.containers.events().subscribe();
+        let subscription = self.events.subscribe();
         let stream = futures_util::stream::unfold(Some(subscription), |subscription| async move {
             let mut subscription = subscription?;
             match subscription.next().await {

@@ -70,6 +70,8 @@ pub struct Cri {
     pub images: Arc<ImageManager>,
     pub sandboxes: Arc<SandboxManager>,
     pub containers: Arc<ContainerManager>,
+    /// GetContainerEvents' channel, which both managers send to.
+    pub events: Arc<crate::events::Events>,
     /// Serves the sessions behind Exec, Attach and PortForward URLs.
     pub streaming: Arc<crate::streaming::StreamingServer>,
     pub started_at: SystemTime,

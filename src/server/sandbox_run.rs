@@ -1,7 +1,7 @@
 //! RunPodSandbox: network, files, shim and pause; answers the new sandbox's ID.
 
 use super::{Cri, RpcError};
-use crate::api::{ContainerEventType, RunPodSandboxRequest, RunPodSandboxResponse};
+use crate::api::{RunPodSandboxRequest, RunPodSandboxResponse};
 
 impl Cri {
     pub(super) async fn run_pod_sandbox(
@@ -14,13 +14,6 @@ impl Cri {
         let id = self.sandboxes.run(config, request.runtime_handler).await?;
         tracing::Span::current().record("id", id.as_str());
         self.containers.watch_shim(id.clone());
-        // The sandbox's own events carry its ID as the container's, as containerd sends them.
-        self.containers
-            .emit(&id, &id, ContainerEventType::ContainerCreatedEvent)
-            .await;
-        self.containers
-            .emit(&id, &id, ContainerEventType::ContainerStartedEvent)
-            .await;
         Ok(RunPodSandboxResponse { pod_sandbox_id: id })
     }
 }

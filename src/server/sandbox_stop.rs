@@ -1,7 +1,7 @@
 //! StopPodSandbox: idempotent; unknown IDs succeed (the kubelet retries).
 
 use super::{Cri, RpcError};
-use crate::api::{ContainerEventType, StopPodSandboxRequest, StopPodSandboxResponse};
+use crate::api::{StopPodSandboxRequest, StopPodSandboxResponse};
 
 impl Cri {
     pub(super) async fn stop_pod_sandbox(
@@ -18,13 +18,7 @@ impl Cri {
         self.containers
             .stop_all_in(&request.pod_sandbox_id, std::time::Duration::from_secs(10))
             .await?;
-        // STOPPED for the sandbox itself once: when this call moved it from Ready (not on
-        // retries, nor when its pause exited first and that was reported).
-        if let Some(id) = self.sandboxes.stop(&request.pod_sandbox_id).await? {
-            self.containers
-                .emit(&id, &id, ContainerEventType::ContainerStoppedEvent)
-                .await;
-        }
+        self.sandboxes.stop(&request.pod_sandbox_id).await?;
         Ok(StopPodSandboxResponse {})
     }
 }

@@ -80,15 +80,10 @@ impl ContainerManager {
     }
 
     /// The pod's pause exited (or its shim died) with no StopPodSandbox: the pod is NotReady and
-    /// its STOPPED event goes out, once (the Evented PLEG learns of it only this way).
+    /// its STOPPED event goes out, once (the sandbox manager sends it).
     pub(super) async fn pod_stopped_by_itself(&self, sandbox_id: &str) {
-        match self.sandboxes.pause_exited(sandbox_id).await {
-            Ok(true) => {
-                self.emit(sandbox_id, sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
-                    .await
-            }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(sandbox = %sandbox_id, error = %e, "recording that pause exited"),
+        if let Err(e) = self.sandboxes.pause_exited(sandbox_id).await {
+            tracing::warn!(sandbox = %sandbox_id, error = %e, "recording that pause exited");
         }
     }
 

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::events::Events;
 use super::record::{container_name, ContainerRecord, ContainerState};
 use crate::api;
 use crate::config::{Config, DefaultSeccomp};
+use crate::events::Events;
 use crate::handover::Unclaimed;
 use crate::image::{ImageError, ImageManager};
 use crate::keyed_lock::{KeyedGuard, KeyedLocks};
@@ -69,7 +69,7 @@ pub struct ContainerManager {
     sandboxes: Arc<SandboxManager>,
     name_locks: KeyedLocks,
     id_locks: KeyedLocks,
-    events: Events,
+    events: Arc<Events>,
     /// The host's cgroup layout and scute's capabilities, for every container's spec.
     host: HostFacts,
     /// Held while a state change that sends an event is stored and sent, so a container's events
@@ -85,6 +85,7 @@ impl ContainerManager {
         store: Arc<Store>,
         images: Arc<ImageManager>,
         sandboxes: Arc<SandboxManager>,
+        events: Arc<Events>,
     ) -> ContainerManager {
         ContainerManager {
             config,
@@ -93,27 +94,23 @@ impl ContainerManager {
             sandboxes,
             name_locks: KeyedLocks::default(),
             id_locks: KeyedLocks::default(),
-            events: Events::default(),
+            events,
             host: HostFacts::gather(),
             transitions: tokio::sync::Mutex::new(()),
             unclaimed: Default::default(),
         }
     }
 
-    pub fn events(&self) -> &Events {
-        &self.events
-    }
-
-    /// Sends an event about a container (or, with `container_id` = `sandbox_id`, the sandbox
-    /// itself, as containerd does) with its pod's status and its containers' statuses as stored.
-    pub async fn emit(&self, container_id: &str, sandbox_id: &str, kind: api::ContainerEventType) {
+    /// Sends an event about a container with its pod's status and its containers' statuses as
+    /// stored.
+    pub(super) async fn emit(&self, container_id: &str, sandbox_id: &str, kind: api::ContainerEventType) {
         if let Some(event) = self.event(container_id, sandbox_id, kind).await {
             self.events.send(event);
         }
     }
 
-    /// The event `emit` sends, built now to be sent later (None: nobody subscribes).
-    pub async fn event(
+    /// The event `emit` sends (None: nobody subscribes).
+    async fn event(
         &self,
         container_id: &str,
         sandbox_id: &str,
@@ -122,32 +119,14 @@ impl ContainerManager {
         if !self.events.has_subscribers() {
             return None;
         }
-        let pod_sandbox_status = match self.sandboxes.get(sandbox_id) {
-            Ok(sandbox) => {
-                let state = self.sandboxes.live_state(&sandbox).await;
-                Some(sandbox.to_cri_status(state))
-            }
-            // Removed meanwhile: no status, as containerd sends then.
-            Err(_) => None,
-        };
-        let containers_statuses = match self.list_records() {
-            Ok(records) => records
-                .iter()
-                .filter(|c| c.sandbox_id == sandbox_id)
-                .map(ContainerRecord::to_cri_status)
-                .collect(),
-            Err(e) => {
-                tracing::warn!(container = %container_id, error = %e, "listing containers for an event");
-                Vec::new()
-            }
-        };
-        Some(api::ContainerEventResponse {
-            container_id: container_id.to_string(),
-            container_event_type: kind as i32,
-            created_at: scute_sys::clock::now_nanos(),
+        let pod_sandbox_status = self.sandboxes.status_now(sandbox_id).await;
+        let containers_statuses = crate::container::record::pod_statuses(&self.store, sandbox_id);
+        Some(crate::events::event(
+            container_id,
+            kind,
             pod_sandbox_status,
             containers_statuses,
-        })
+        ))
     }
 
     fn dir(&self, id: &str) -> PathBuf {

@@ -1,6 +1,7 @@
 //! Container events (GetContainerEvents, the kubelet's Evented PLEG): one broadcast channel,
 //! every subscriber gets every event. Events are built once, when the state changes, so every
-//! subscriber sees the same statuses.
+//! subscriber sees the same statuses. Below both managers: the sandbox manager sends its pod's
+//! events, the container manager its containers'.
 
 use tokio::sync::{broadcast, watch};
 
@@ -10,6 +11,27 @@ use crate::api;
 /// an error, see `server/container_events.rs`) rather than silently missing events: the kubelet
 /// then relists and subscribes again. containerd drops them with only a log line.
 pub const BACKLOG: usize = 1024;
+
+/// The statuses of a pod's containers as stored, which every event carries. The sandbox side
+/// cannot read container records (containers sit above it): the daemon gives it this reader.
+pub type PodContainers = Box<dyn Fn(&str) -> Vec<api::ContainerStatus> + Send + Sync>;
+
+/// An event about `container_id` (the sandbox's own events use its ID, as containerd's do),
+/// with its pod's status (None once removed) and the pod's containers' statuses.
+pub fn event(
+    container_id: &str,
+    kind: api::ContainerEventType,
+    pod_sandbox_status: Option<api::PodSandboxStatus>,
+    containers_statuses: Vec<api::ContainerStatus>,
+) -> api::ContainerEventResponse {
+    api::ContainerEventResponse {
+        container_id: container_id.to_string(),
+        container_event_type: kind as i32,
+        created_at: scute_sys::clock::now_nanos(),
+        pod_sandbox_status,
+        containers_statuses,
+    }
+}
 
 pub struct Events {
     tx: broadcast::Sender<api::ContainerEventResponse>,
