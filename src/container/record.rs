@@ -14,6 +14,9 @@ use crate::api;
 use crate::distribution::digest::Digest;
 use crate::store::{Kind, Record, Store};
 
+/// The daemon's stored view of a container, in the CRI's words: `Exited` is what the shim
+/// protocol calls STOPPED (`shim_client::ContainerStatus`, the one enum the shim and the daemon
+/// share). Stored by name, so the names stay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerState {
     Created,

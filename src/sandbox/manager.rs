@@ -62,14 +62,34 @@ pub enum SandboxError {
     Image(#[from] ImageError),
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// A host operation failed (Internal); the I/O error stays as the source.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pod's shim failed a request (Internal); its error stays as the source.
+    #[error("{what}: {source}")]
+    Shim {
+        what: String,
+        #[source]
+        source: ShimError,
+    },
 }
 
 fn failed(what: &str) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
-    move |e| SandboxError::Failed(format!("{what}: {e}"))
+    move |source| SandboxError::Io {
+        what: what.to_string(),
+        source,
+    }
 }
 
 fn shim_failed(what: &str) -> impl FnOnce(ShimError) -> SandboxError + '_ {
-    move |e| SandboxError::Failed(format!("{what}: {e}"))
+    move |source| SandboxError::Shim {
+        what: what.to_string(),
+        source,
+    }
 }
 
 pub struct SandboxManager {

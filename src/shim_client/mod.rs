@@ -81,13 +81,9 @@ pub struct SpawnOptions {
     pub cgroup_driver: crate::config::CgroupDriver,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerStatus {
-    Created,
-    Running,
-    Stopped,
-    Unknown,
-}
+/// A container's lifecycle as the shim reports it: the protocol's own enum, so the shim and
+/// the daemon name its states the same way.
+pub use pb::ContainerStatus;
 
 #[derive(Debug, Clone)]
 pub struct ContainerState {
@@ -569,12 +565,7 @@ impl ShimClient {
         match self.call(req, QUICK_TIMEOUT).await? {
             response::Kind::State(s) => Ok(ContainerState {
                 pid: s.pid,
-                status: match s.status() {
-                    pb::ContainerStatus::Created => ContainerStatus::Created,
-                    pb::ContainerStatus::Running => ContainerStatus::Running,
-                    pb::ContainerStatus::Stopped => ContainerStatus::Stopped,
-                    pb::ContainerStatus::Unknown => ContainerStatus::Unknown,
-                },
+                status: s.status(),
                 exit_code: s.exit_code,
                 finished_at_ns: s.finished_at_ns,
                 created_at_ns: s.created_at_ns,

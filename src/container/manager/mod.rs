@@ -52,14 +52,34 @@ pub enum ContainerError {
     Sandbox(#[from] SandboxError),
     #[error(transparent)]
     Spec(#[from] SpecError),
+    /// A host operation failed (Internal); the I/O error stays as the source.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pod's shim failed a request (Internal); its error stays as the source.
+    #[error("{what}: {source}")]
+    Shim {
+        what: String,
+        #[source]
+        source: ShimError,
+    },
 }
 
 fn failed(what: &str) -> impl FnOnce(std::io::Error) -> ContainerError + '_ {
-    move |e| ContainerError::Failed(format!("{what}: {e}"))
+    move |source| ContainerError::Io {
+        what: what.to_string(),
+        source,
+    }
 }
 
 pub(super) fn shim_failed(what: &str) -> impl FnOnce(ShimError) -> ContainerError + '_ {
-    move |e| ContainerError::Failed(format!("{what}: {e}"))
+    move |source| ContainerError::Shim {
+        what: what.to_string(),
+        source,
+    }
 }
 
 pub struct ContainerManager {
