@@ -70,8 +70,6 @@ pub fn exit_of(status: WaitStatus) -> Option<(i32, i32)> {
     }
 }
 
-pub use scute_sys::clock::now_nanos as now_ns;
-
 #[cfg(test)]
 mod tests {
     use super::*;

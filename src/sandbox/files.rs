@@ -137,12 +137,7 @@ fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
 /// hostname, hosts and resolv.conf, which every user inside its containers reads (a bind mount
 /// keeps the file's mode). The pod's directory is what keeps host users out.
 pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
-    write_atomic_mode(path, contents, 0o644)
-}
-
-/// `write_atomic` with the file's mode; the temp file is 0600 until then.
-pub fn write_atomic_mode(path: &Path, contents: &str, mode: u32) -> io::Result<()> {
-    scute_sys::files::write_atomic_mode(path, contents.as_bytes(), mode)
+    scute_sys::files::write_atomic_mode(path, contents.as_bytes(), 0o644)
 }
 
 /// Mounts the pod's /dev/shm: a tmpfs of `size` bytes at `target` (created if needed).
@@ -245,7 +240,7 @@ mod tests {
             assert_eq!(std::fs::metadata(&object).unwrap().gid(), 200_000);
         }
         let file = object.join("config.json");
-        write_atomic_mode(&file, "{}", PRIVATE_FILE_MODE).unwrap();
+        scute_sys::files::write_atomic_mode(&file, b"{}", PRIVATE_FILE_MODE).unwrap();
         assert_eq!(mode(&file), PRIVATE_FILE_MODE);
     }
 

@@ -8,3 +8,4 @@ pub mod manager;
 pub mod netns;
 pub mod record;
 pub mod spec;
+mod validate;

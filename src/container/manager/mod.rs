@@ -412,8 +412,12 @@ impl ContainerManager {
         let bundle = dir.join("bundle");
         files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| ContainerError::Failed(e.to_string()))?;
-        files::write_atomic_mode(&bundle.join("config.json"), &spec_json, files::PRIVATE_FILE_MODE)
-            .map_err(failed("writing config.json"))?;
+        scute_sys::files::write_atomic_mode(
+            &bundle.join("config.json"),
+            spec_json.as_bytes(),
+            files::PRIVATE_FILE_MODE,
+        )
+        .map_err(failed("writing config.json"))?;
         if !record.log_path.is_empty() {
             if let Some(parent) = std::path::Path::new(&record.log_path).parent() {
                 std::fs::create_dir_all(parent).map_err(failed("creating the log directory"))?;

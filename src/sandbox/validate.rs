@@ -1,0 +1,161 @@
+//! RunPodSandbox's checks, made before anything is created: metadata, log directory, handler,
+//! hostname and DNS, port mappings, namespace modes and resources (the checks `oci` shares
+//! with CreateContainer), sysctls.
+
+use super::files;
+use super::manager::SandboxError;
+use crate::api;
+use crate::config::Config;
+
+/// Checks a RunPodSandbox request before anything is created.
+pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> Result<(), SandboxError> {
+    let invalid = |m: String| Err(SandboxError::InvalidArgument(m));
+    let Some(metadata) = &config.metadata else {
+        return invalid("PodSandboxConfig.metadata is required".into());
+    };
+    for (field, value) in [
+        ("name", &metadata.name),
+        ("namespace", &metadata.namespace),
+        ("uid", &metadata.uid),
+    ] {
+        if value.is_empty() {
+            return invalid(format!("PodSandboxConfig.metadata.{field} must not be empty"));
+        }
+        if value.len() > 253 || value.contains(['/', '\0']) {
+            let shown: String = value.chars().take(64).collect();
+            return invalid(format!(
+                "PodSandboxConfig.metadata.{field} {shown:?} ({} bytes) is not a valid name",
+                value.len()
+            ));
+        }
+    }
+    if !config.log_directory.is_empty()
+        && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
+    {
+        return invalid(format!(
+            "PodSandboxConfig.log_directory {:?} must be an absolute path",
+            config.log_directory
+        ));
+    }
+    if !daemon.handler_names().any(|h| h == handler) {
+        return invalid(format!(
+            "unknown runtime handler {handler:?} (configured: {:?})",
+            daemon.runtime.handlers.keys().collect::<Vec<_>>()
+        ));
+    }
+    if !config.hostname.is_empty() {
+        files::validate_hostname(&config.hostname).map_err(SandboxError::InvalidArgument)?;
+    }
+    if let Some(dns) = &config.dns_config {
+        files::validate_dns(dns).map_err(SandboxError::InvalidArgument)?;
+    }
+    for p in &config.port_mappings {
+        if !(0..=65535).contains(&p.host_port) || !(1..=65535).contains(&p.container_port) {
+            return invalid(format!(
+                "port mapping {}:{} is out of range",
+                p.host_port, p.container_port
+            ));
+        }
+        if api::Protocol::try_from(p.protocol).is_err() {
+            return invalid(format!("port mapping protocol {} is not a Protocol", p.protocol));
+        }
+        if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {
+            return invalid(format!("port mapping host_ip {:?} is not an IP address", p.host_ip));
+        }
+    }
+    let linux = config.linux.clone().unwrap_or_default();
+    if let Some(ns) = linux
+        .security_context
+        .as_ref()
+        .and_then(|s| s.namespace_options.as_ref())
+    {
+        if let Err(e) = crate::oci::check_namespace_options(ns) {
+            return invalid(e.to_string());
+        }
+    }
+    for (field, resources) in [("resources", &linux.resources), ("overhead", &linux.overhead)] {
+        let Some(r) = resources else { continue };
+        if let Err(e) = crate::oci::check_resources(r) {
+            return invalid(format!("linux.{field}.{e}"));
+        }
+    }
+    let host_network = linux
+        .security_context
+        .as_ref()
+        .and_then(|s| s.namespace_options.as_ref())
+        .is_some_and(|n| n.network() == api::NamespaceMode::Node);
+    for key in linux.sysctls.keys() {
+        if !is_namespaced_sysctl(key, host_network) {
+            return invalid(format!(
+                "sysctl {key:?} is not namespaced (or not allowed for a host-network pod)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The sysctls a pod may set: the kernel's namespaced ones (IPC; network unless the pod uses the
+/// host's network; UTS).
+fn is_namespaced_sysctl(key: &str, host_network: bool) -> bool {
+    let ipc = matches!(
+        key,
+        "kernel.sem"
+            | "kernel.shmall"
+            | "kernel.shmmax"
+            | "kernel.shmmni"
+            | "kernel.shm_rmid_forced"
+            | "kernel.msgmax"
+            | "kernel.msgmnb"
+            | "kernel.msgmni"
+    ) || key.starts_with("fs.mqueue.");
+    let uts = matches!(key, "kernel.hostname" | "kernel.domainname");
+    let net = key.starts_with("net.");
+    ipc || uts || (net && !host_network)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctl_namespacing() {
+        assert!(is_namespaced_sysctl("net.ipv4.ip_forward", false));
+        assert!(!is_namespaced_sysctl("net.ipv4.ip_forward", true));
+        assert!(is_namespaced_sysctl("kernel.shm_rmid_forced", true));
+        assert!(!is_namespaced_sysctl("kernel.panic", false));
+        assert!(!is_namespaced_sysctl("vm.overcommit_memory", false));
+    }
+
+    #[test]
+    fn requests_are_validated() {
+        let daemon = Config::defaults();
+        let ok = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            ..Default::default()
+        };
+        assert!(validate(&ok, "", &daemon).is_ok());
+        assert!(validate(&ok, "runc", &daemon).is_ok());
+        assert!(matches!(
+            validate(&ok, "kata", &daemon),
+            Err(SandboxError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            validate(&api::PodSandboxConfig::default(), "", &daemon),
+            Err(SandboxError::InvalidArgument(_))
+        ));
+        let mut bad = ok.clone();
+        bad.hostname = "bad host".into();
+        assert!(validate(&bad, "", &daemon).is_err());
+        let mut bad = ok.clone();
+        bad.linux = Some(api::LinuxPodSandboxConfig {
+            sysctls: [("kernel.panic".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        });
+        assert!(validate(&bad, "", &daemon).is_err());
+    }
+}
