@@ -181,7 +181,7 @@ impl SandboxManager {
     /// RunPodSandbox. The work runs in a task of its own and a sandbox made after the kubelet
     /// stopped waiting is kept for its retry (see `handover`).
     pub async fn run(self: &Arc<Self>, config: api::PodSandboxConfig, handler: String) -> Result<String, SandboxError> {
-        super::validate::validate(&config, &handler, &self.config)?;
+        super::validate::validate(&config, &handler, &self.config).map_err(SandboxError::InvalidArgument)?;
         let manager = self.clone();
         self.unclaimed
             .run(

@@ -3,13 +3,13 @@
 //! with CreateContainer), sysctls.
 
 use super::files;
-use super::manager::SandboxError;
 use crate::api;
 use crate::config::Config;
 
-/// Checks a RunPodSandbox request before anything is created.
-pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> Result<(), SandboxError> {
-    let invalid = |m: String| Err(SandboxError::InvalidArgument(m));
+/// Checks a RunPodSandbox request before anything is created; Err is the InvalidArgument
+/// message.
+pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &Config) -> Result<(), String> {
+    let invalid = |m: String| Err(m);
     let Some(metadata) = &config.metadata else {
         return invalid("PodSandboxConfig.metadata is required".into());
     };
@@ -44,10 +44,10 @@ pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &C
         ));
     }
     if !config.hostname.is_empty() {
-        files::validate_hostname(&config.hostname).map_err(SandboxError::InvalidArgument)?;
+        files::validate_hostname(&config.hostname)?;
     }
     if let Some(dns) = &config.dns_config {
-        files::validate_dns(dns).map_err(SandboxError::InvalidArgument)?;
+        files::validate_dns(dns)?;
     }
     for p in &config.port_mappings {
         if !(0..=65535).contains(&p.host_port) || !(1..=65535).contains(&p.container_port) {
@@ -140,14 +140,10 @@ mod tests {
         };
         assert!(validate(&ok, "", &daemon).is_ok());
         assert!(validate(&ok, "runc", &daemon).is_ok());
-        assert!(matches!(
-            validate(&ok, "kata", &daemon),
-            Err(SandboxError::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            validate(&api::PodSandboxConfig::default(), "", &daemon),
-            Err(SandboxError::InvalidArgument(_))
-        ));
+        assert!(validate(&ok, "kata", &daemon).unwrap_err().contains("kata"));
+        assert!(validate(&api::PodSandboxConfig::default(), "", &daemon)
+            .unwrap_err()
+            .contains("metadata"));
         let mut bad = ok.clone();
         bad.hostname = "bad host".into();
         assert!(validate(&bad, "", &daemon).is_err());
