@@ -337,6 +337,6 @@ fn pod_containers(store: Arc<Store>) -> PodContainers {
 fn containers_snapshots(store: Arc<Store>) -> crate::image::HeldSnapshots {
     Box::new(move || {
         let containers = store.list::<crate::container::record::ContainerRecord>()?;
-        Ok(containers.into_iter().flat_map(|c| c.chain_ids).collect())
+        Ok(containers.iter().flat_map(|c| c.held_chains().cloned()).collect())
     })
 }

@@ -393,6 +393,7 @@ async fn interrupted_creations_are_removed_at_restart() {
                     image_name: "busybox".into(),
                     image_id: scute::distribution::digest::Digest::of(b"x"),
                     chain_ids: vec![],
+                    image_volumes: vec![],
                     state: ContainerState::Created,
                     pid: 0,
                     created_at: 1,

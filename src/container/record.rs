@@ -58,6 +58,9 @@ pub struct ContainerRecord {
     /// if the image itself is removed while the container exists.
     #[serde(default)]
     pub chain_ids: Vec<Digest>,
+    /// The images mounted as volumes (KEP-4639), held like the rootfs layers.
+    #[serde(default)]
+    pub image_volumes: Vec<ImageVolume>,
     pub state: ContainerState,
     pub pid: u32,
     pub created_at: i64,
@@ -76,6 +79,15 @@ pub struct ContainerRecord {
     /// container instead of a "name reserved" error (see `handover`).
     #[serde(default)]
     pub unclaimed: bool,
+}
+
+/// An image mounted as a volume: which CRI mount, the image it resolved to, its layers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageVolume {
+    /// Index into the config's mounts.
+    pub mount: usize,
+    pub image_id: Digest,
+    pub chain_ids: Vec<Digest>,
 }
 
 impl crate::handover::Claimable for ContainerRecord {
@@ -126,6 +138,26 @@ impl ContainerRecord {
         Some(spec)
     }
 
+    /// The mounts as the kubelet sent them, an image volume's ImageSpec with the image it
+    /// resolved to in `image_ref` (when the kubelet did not say).
+    fn reported_mounts(&self, mut mounts: Vec<api::Mount>) -> Vec<api::Mount> {
+        for volume in &self.image_volumes {
+            if let Some(spec) = mounts.get_mut(volume.mount).and_then(|m| m.image.as_mut()) {
+                if spec.image_ref.is_empty() {
+                    spec.image_ref = volume.image_id.to_string();
+                }
+            }
+        }
+        mounts
+    }
+
+    /// Every layer snapshot the container holds: its rootfs's and its image volumes'.
+    pub fn held_chains(&self) -> impl Iterator<Item = &Digest> {
+        self.chain_ids
+            .iter()
+            .chain(self.image_volumes.iter().flat_map(|v| v.chain_ids.iter()))
+    }
+
     /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
     pub fn to_cri_status(&self) -> api::ContainerStatus {
         let config = self.config();
@@ -148,7 +180,7 @@ impl ContainerRecord {
             message: self.message.clone(),
             labels: config.labels.clone(),
             annotations: config.annotations.clone(),
-            mounts: config.mounts.clone(),
+            mounts: self.reported_mounts(config.mounts.clone()),
             log_path: self.log_path.clone(),
             resources: config
                 .linux

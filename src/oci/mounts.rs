@@ -273,9 +273,12 @@ pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
         )));
     }
     let destination = clean_absolute(&m.container_path);
+    // An image volume: the daemon mounted the image's read-only view and put its path (or
+    // its sub-path's) in host_path; it is bound read-only, nosuid and nodev, never created.
+    let image_volume = m.image.as_ref().is_some_and(|i| !i.image.is_empty());
     if m.host_path.is_empty() {
-        return Err(SpecError::Invalid(if m.image.is_some() {
-            format!("image volume mount at {destination} is not supported")
+        return Err(SpecError::Invalid(if image_volume {
+            format!("image volume at {destination} has no view (the daemon stages it before the spec)")
         } else {
             format!("mount at {destination} has no host_path")
         }));
@@ -307,11 +310,11 @@ pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
     Ok(BindMount {
         destination,
         source: PathBuf::from(&m.host_path),
-        readonly: m.readonly,
+        readonly: m.readonly || image_volume,
         recursive_readonly: m.recursive_read_only,
         propagation,
-        create: true,
-        extra_options: &[],
+        create: !image_volume,
+        extra_options: if image_volume { &["nosuid", "nodev"] } else { &[] },
     })
 }
 

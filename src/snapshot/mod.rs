@@ -10,6 +10,7 @@
 
 pub mod idmap;
 pub mod rootfs;
+pub mod view;
 
 use std::fs;
 use std::io;

@@ -24,6 +24,7 @@ use crate::store::{self, Kind, Store};
 
 /// ExecSync output beyond this is dropped (the kubelet keeps probe output small anyway).
 mod exits;
+mod image_volumes;
 mod stop;
 mod update;
 mod validate;
@@ -279,6 +280,7 @@ impl ContainerManager {
             image_ref: image_name,
             image_id: image.id.clone(),
             chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
+            image_volumes: Vec::new(),
             state: ContainerState::Created,
             pid: 0,
             created_at: scute_sys::clock::now_nanos(),
@@ -363,12 +365,24 @@ impl ContainerManager {
         let userns = crate::oci::userns::pod_user_namespace(&ns).ok().flatten();
         files::create_private_dir(&dir, userns.map(|pod| pod.gids.host_id))
             .map_err(failed("creating the container directory"))?;
+        // In a pod user namespace the image's files must appear as the pod's: idmapped layers.
+        let ns_file = match &userns {
+            Some(_) => Some(
+                std::fs::File::open(format!("/proc/{}/ns/user", sandbox.pause_pid))
+                    .map_err(failed("opening the pod's user namespace"))?,
+            ),
+            None => None,
+        };
+        let (with_volumes, image_volumes) = self.stage_image_volumes(config, &dir, ns_file.as_ref())?;
+        if !image_volumes.is_empty() {
+            // Held from now on: garbage collection keeps the images' layers.
+            record.image_volumes = image_volumes;
+            self.store.put(&*record)?;
+        }
+        let config = with_volumes.as_ref().unwrap_or(config);
         let mut staged = None;
-        match &userns {
-            // In a pod user namespace the image's files must appear as the pod's: idmapped layers.
-            Some(pod) => {
-                let ns_file = std::fs::File::open(format!("/proc/{}/ns/user", sandbox.pause_pid))
-                    .map_err(failed("opening the pod's user namespace"))?;
+        match (&userns, &ns_file) {
+            (Some(pod), Some(ns_file)) => {
                 let root_ids = (pod.uids.host_id, pod.gids.host_id);
                 crate::snapshot::idmap::mount_overlay_idmapped(
                     &lowers,
@@ -376,13 +390,13 @@ impl ContainerManager {
                     &dir.join("upper"),
                     &dir.join("work"),
                     &rootfs,
-                    &ns_file,
+                    ns_file,
                     root_ids,
                 )
                 .map_err(failed("mounting the container's idmapped rootfs"))?;
-                staged = stage_idmapped_volumes(config, pod, &dir, &ns_file)?;
+                staged = stage_idmapped_volumes(config, pod, &dir, ns_file)?;
             }
-            None => crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
+            _ => crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
                 .map_err(failed("mounting the container's rootfs"))?,
         }
         if let Some(what) = crate::snapshot::rootfs::settle_dev(&rootfs).map_err(failed("settling the image's /dev"))? {
@@ -558,6 +572,7 @@ impl ContainerManager {
         }
         let dir = self.dir(&record.id);
         crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the rootfs"))?;
+        image_volumes::unmount_image_volumes(&dir).map_err(failed("unmounting the image volumes"))?;
         crate::snapshot::idmap::unmount_idmapped_views(&dir).map_err(failed("unmounting the idmapped views"))?;
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed("removing the container directory")(e)),
