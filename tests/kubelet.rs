@@ -1082,3 +1082,66 @@ async fn container_status_fields_after_restarts_and_a_manifest_change() {
         .await;
     check(&pod, other);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_volumes_whole_and_sub_path_are_read_only() {
+    let Some(node) = Node::start("image-volumes", json!({})) else {
+        return;
+    };
+    // The kubelet pulls the volume's image itself, then hands it to CreateContainer.
+    let name = node.apply(json!({
+        "metadata": {"name": "imgvol"},
+        "spec": {
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c",
+                "head -1 /etc-from-image/passwd; test -x /img/bin/busybox && echo whole image; \
+                 touch /img/x 2>/dev/null && echo img writable || echo img read-only; \
+                 touch /etc-from-image/x 2>/dev/null && echo sub writable || echo sub read-only; sleep 3600"],
+                "volumeMounts": [{"name": "img", "mountPath": "/img"},
+                                 {"name": "img", "mountPath": "/etc-from-image", "subPath": "etc"}]}],
+            "volumes": [{"name": "img", "image": {"reference": HTTPD, "pullPolicy": "IfNotPresent"}}],
+        },
+    }));
+    let pod = node.wait_phase(&name, "Running", START).await;
+    let expected = [
+        "root:x:0:0:root:/root:/bin/sh",
+        "whole image",
+        "img read-only",
+        "sub read-only",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines: Vec<String> = log_lines(&node, &pod, "main").into_iter().map(|(_, l)| l).collect();
+        if lines == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "main's log: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // What scute reports for the mounts: the image each resolved to.
+    let (status, _) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
+    let images: Vec<_> = status
+        .mounts
+        .iter()
+        .filter_map(|m| m.image.as_ref())
+        .map(|i| i.image_ref.clone())
+        .collect();
+    assert_eq!(images.len(), 2, "{:?}", status.mounts);
+    assert!(images.iter().all(|r| r.starts_with("sha256:")), "{images:?}");
+
+    // A sub-path the image does not have: the kubelet reports the create failure.
+    let missing = node.apply(json!({
+        "metadata": {"name": "imgvol-missing"},
+        "spec": {
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "img", "mountPath": "/x", "subPath": "no/such/dir"}]}],
+            "volumes": [{"name": "img", "image": {"reference": HTTPD, "pullPolicy": "IfNotPresent"}}],
+        },
+    }));
+    let pod = node
+        .wait_for(&missing, "waiting on CreateContainerError", START, |p| {
+            container_status(p, "main")["state"]["waiting"]["reason"] == "CreateContainerError"
+        })
+        .await;
+    let message = container_status(&pod, "main")["state"]["waiting"]["message"].to_string();
+    assert!(message.contains("no/such/dir"), "{message}");
+}

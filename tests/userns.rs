@@ -292,3 +292,62 @@ async fn status_advertises_user_namespaces_and_recursive_read_only_mounts() {
         assert!(features.recursive_read_only_mounts, "{}", handler.name);
     }
 }
+
+#[tokio::test]
+async fn image_volumes_are_idmapped_like_the_rootfs() {
+    let pod = userns_pod("userns-image-volume").await;
+    let image_id = pod.image_status(common::pod::BUSYBOX).await.id;
+    let pod_mapping = vec![mapping(0, HOST_ID, LENGTH)];
+    let mut config = container(
+        "main",
+        "echo owner=$(stat -c %u /img/bin/busybox) etc=$(stat -c %u /etc-img); \
+         touch /img/x 2>/dev/null && echo img-writable || echo img-read-only; echo ready; sleep 3600",
+    );
+    // As the kubelet sends them in a hostUsers: false pod: the pod's mappings on every mount.
+    config.mounts = ["/img", "/etc-img"]
+        .iter()
+        .zip(["", "etc"])
+        .map(|(at, sub)| api::Mount {
+            container_path: at.to_string(),
+            image: Some(api::ImageSpec {
+                image: image_id.clone(),
+                ..Default::default()
+            }),
+            image_sub_path: sub.into(),
+            readonly: true,
+            uid_mappings: pod_mapping.clone(),
+            gid_mappings: pod_mapping.clone(),
+            ..Default::default()
+        })
+        .collect();
+    config.linux = Some(api::LinuxContainerConfig {
+        security_context: Some(api::LinuxContainerSecurityContext {
+            namespace_options: pod
+                .config
+                .linux
+                .as_ref()
+                .unwrap()
+                .security_context
+                .as_ref()
+                .unwrap()
+                .namespace_options
+                .clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    pod.run(config).await;
+    let log = pod.wait_log("main", "ready").await;
+    // The image's files are the host root's; through the idmapped layers, the pod root's.
+    assert!(log.contains("owner=0 etc=0"), "{log}");
+    // Even the pod's root cannot write to it.
+    assert!(log.contains("img-read-only"), "{log}");
+    pod.remove_all().await;
+    assert!(
+        common::mounts_under(&pod.daemon.root)
+            .iter()
+            .all(|m| !m.contains("/image-volumes/")),
+        "{:?}",
+        common::mounts_under(&pod.daemon.root)
+    );
+}

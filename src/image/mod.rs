@@ -185,16 +185,26 @@ impl ImageManager {
         image.pinned || image.repo_tags.iter().any(|t| self.pinned.contains(t))
     }
 
-    /// Removes an image and every name it has (removing `busybox:1` when the same image is also
+    /// Removes an image with every name it has (removing `busybox:1` when the same image is also
     /// `busybox:latest` removes both, as containerd does), then frees content and snapshots no
-    /// other image uses. Unknown images are not an error: the kubelet retries removals.
-    pub async fn remove(&self, ref_or_id: &str) -> Result<(), ImageError> {
+    /// other image uses. A named `runtime_handler` only drops that handler's claim while other
+    /// handlers it was pulled for still hold it; the default one ("", crictl rmi) removes the
+    /// image whoever pulled it. Unknown images are not an error: the kubelet retries removals.
+    pub async fn remove(&self, ref_or_id: &str, runtime_handler: &str) -> Result<(), ImageError> {
         let _records = self.records.lock().await;
-        let image = match self.resolve(ref_or_id) {
+        let mut image = match self.resolve(ref_or_id) {
             Ok(image) => image,
             Err(ImageError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
+        let mut handlers = image.handlers();
+        handlers.retain(|h| h != runtime_handler);
+        if !runtime_handler.is_empty() && !handlers.is_empty() {
+            image.runtime_handlers = handlers;
+            self.store.put(&image)?;
+            tracing::info!(image = %image.id, handler = %runtime_handler, "image released by a runtime handler; others still hold it");
+            return Ok(());
+        }
         self.store.delete::<ImageRecord>(image.id.as_str(), None)?;
         tracing::info!(image = %image.id, tags = ?image.repo_tags, "image removed");
         self.collect_garbage()
@@ -258,6 +268,11 @@ impl ImageManager {
                     }
                 }
                 record.created_at = other.created_at;
+                for handler in other.handlers() {
+                    if !record.runtime_handlers.contains(&handler) {
+                        record.runtime_handlers.push(handler);
+                    }
+                }
                 continue;
             }
             let before = other.repo_tags.len();
@@ -272,6 +287,7 @@ impl ImageManager {
         }
         record.repo_tags.sort();
         record.repo_digests.sort();
+        record.runtime_handlers.sort();
         self.store.put(&record)?;
         self.collect_garbage()?;
         Ok(record)

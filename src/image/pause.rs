@@ -131,6 +131,7 @@ impl ImageManager {
                 architecture: super::registry::host_platform().1.to_string(),
                 ..ImageConfig::default()
             },
+            runtime_handlers: vec![String::new()],
             pinned: true,
             created_at: scute_sys::clock::now_nanos(),
         };

@@ -36,7 +36,12 @@ pub struct PullProgress {
 
 impl ImageManager {
     /// Pulls `reference` and returns its record. Concurrent pulls of one reference run once.
-    pub async fn pull(&self, reference: &str, credentials: &Credentials) -> Result<ImageRecord, ImageError> {
+    pub async fn pull(
+        &self,
+        reference: &str,
+        credentials: &Credentials,
+        runtime_handler: &str,
+    ) -> Result<ImageRecord, ImageError> {
         let image = ImageRef::parse(reference)?;
         let pull_err = |source: PullError| ImageError::Pull {
             image: image.to_string(),
@@ -147,6 +152,7 @@ impl ImageManager {
             size,
             config: summarize_config(&config),
             pinned: false,
+            runtime_handlers: vec![runtime_handler.to_string()],
             created_at: scute_sys::clock::now_nanos(),
         };
         let record = self.commit_record(record).await?;

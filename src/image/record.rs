@@ -28,6 +28,11 @@ pub struct ImageRecord {
     pub pinned: bool,
     /// Unix nanoseconds of the first pull.
     pub created_at: i64,
+    /// The runtime handlers it was pulled for (KEP-4216, RuntimeClass-scoped images). scute has
+    /// one snapshotter, so the content is shared; this says which runtime classes asked for it.
+    /// Empty (a record from before) means the default handler only.
+    #[serde(default)]
+    pub runtime_handlers: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +68,15 @@ impl Record for ImageRecord {
 }
 
 impl ImageRecord {
+    /// The runtime handlers it was pulled for, the default one ("") for an older record.
+    pub fn handlers(&self) -> Vec<String> {
+        if self.runtime_handlers.is_empty() {
+            vec![String::new()]
+        } else {
+            self.runtime_handlers.clone()
+        }
+    }
+
     /// The chain ID of the top layer: the snapshot a container's rootfs is built on.
     pub fn top_chain_id(&self) -> Option<&Digest> {
         self.layers.last().map(|l| &l.chain_id)

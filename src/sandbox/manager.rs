@@ -282,7 +282,11 @@ impl SandboxManager {
             Ok(image) => image,
             Err(ImageError::NotFound(_)) => {
                 self.images
-                    .pull(&self.config.image.sandbox_image, &Credentials::default())
+                    .pull(
+                        &self.config.image.sandbox_image,
+                        &Credentials::default(),
+                        &record.runtime_handler,
+                    )
                     .await?
             }
             Err(e) => return Err(e.into()),

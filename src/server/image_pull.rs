@@ -16,16 +16,18 @@ impl Cri {
         request: PullImageRequest,
         deadline: Option<Duration>,
     ) -> Result<PullImageResponse, RpcError> {
-        let reference = request.image.map(|i| i.image).unwrap_or_default();
+        let spec = request.image.unwrap_or_default();
+        let (reference, handler) = (spec.image, spec.runtime_handler);
         if reference.is_empty() {
             return Err(RpcError::InvalidArgument(
                 "PullImage: image.image must name an image".into(),
             ));
         }
         check_reference("PullImage", &reference)?;
+        self.check_runtime_handler("PullImage", &handler)?;
         tracing::Span::current().record("id", reference.as_str());
         let credentials = credentials(request.auth)?;
-        let pull = self.images.pull(&reference, &credentials);
+        let pull = self.images.pull(&reference, &credentials, &handler);
         let record = match deadline {
             Some(d) => tokio::time::timeout(d, pull).await.map_err(|_| {
                 RpcError::DeadlineExceeded(format!(

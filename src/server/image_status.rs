@@ -9,13 +9,15 @@ use crate::image::ImageError;
 
 impl Cri {
     pub(super) async fn image_status(&self, request: ImageStatusRequest) -> Result<ImageStatusResponse, RpcError> {
-        let reference = request.image.map(|i| i.image).unwrap_or_default();
+        let spec = request.image.unwrap_or_default();
+        let (reference, handler) = (spec.image, spec.runtime_handler);
         if reference.is_empty() {
             return Err(RpcError::InvalidArgument(
                 "ImageStatus: image.image must name an image".into(),
             ));
         }
         super::image_pull::check_reference("ImageStatus", &reference)?;
+        self.check_runtime_handler("ImageStatus", &handler)?;
         tracing::Span::current().record("id", reference.as_str());
         let record = match self.images.resolve(&reference) {
             Ok(record) => record,
@@ -47,7 +49,8 @@ impl Cri {
             info.insert("info".to_string(), detail.to_string());
         }
         Ok(ImageStatusResponse {
-            image: Some(to_cri_image(&self.images, &record)),
+            // One snapshotter: an image pulled for any handler is there for every handler.
+            image: Some(to_cri_image(&self.images, &record, &handler)),
             info,
         })
     }
