@@ -186,3 +186,88 @@ async fn hostile_sub_paths_and_missing_images_are_refused() {
     assert!(pod.containers().await.is_empty());
     pod.remove_all().await;
 }
+
+/// An OCI artifact (image-spec 1.1, as ORAS pushes one): the empty config, one layer per file.
+fn push_artifact(pod: &Pod) {
+    let work = tempfile::tempdir().unwrap();
+    let (config, model) = (work.path().join("config.yaml"), work.path().join("model.bin"));
+    std::fs::write(&config, "threshold: 0.5\n").unwrap();
+    std::fs::write(&model, [0u8, 1, 2, 3, 255]).unwrap();
+    let layout = work.path().join("layout");
+    kit(&[
+        "artifact",
+        "--file",
+        config.to_str().unwrap(),
+        "--file",
+        model.to_str().unwrap(),
+        "--artifact-type",
+        "application/vnd.scute.test.model",
+        "--out",
+        layout.to_str().unwrap(),
+    ]);
+    kit(&[
+        "push",
+        "--layout",
+        layout.to_str().unwrap(),
+        "--to",
+        &format!("{}/scute-test/model-artifact:1", pod.registry().addr),
+        "--plain-http",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_artifact_is_mounted_as_its_files() {
+    const ARTIFACT: &str = "registry.k8s.io/scute-test/model-artifact:1";
+    let pod = pod("image-volume-artifact").await;
+    push_artifact(&pod);
+    let id = pull(&pod, ARTIFACT).await;
+    // The manifest's digest is its ID (its config is the shared empty one).
+    let image = pod.image_status(ARTIFACT).await;
+    assert_eq!(image.id, id);
+    assert_eq!(image.size, 15 + 5);
+
+    // No runnable image: refused as a container's image, naming what it is.
+    let mut config = container("runs-artifact", "exit 0");
+    config.image = Some(api::ImageSpec {
+        image: ARTIFACT.into(),
+        ..Default::default()
+    });
+    let err = pod.create(config).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("artifact"), "{}", err.message());
+
+    let mut config = container(
+        "reader",
+        "ls /art; cat /art/config.yaml; od -An -tu1 /model; \
+         touch /art/x 2>/dev/null || echo art-is-read-only; echo done; exec sleep 3600",
+    );
+    config.mounts = vec![image_mount("/art", &id, ""), image_mount("/model", &id, "model.bin")];
+    let container_id = pod.run(config).await;
+    let log = pod.wait_log("reader", "stdout F done").await;
+    let lines: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once(" stdout F ").map(|(_, t)| t))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "config.yaml",
+            "model.bin",
+            "threshold: 0.5",
+            "   0   1   2   3 255",
+            "art-is-read-only",
+            "done"
+        ],
+        "{log}"
+    );
+    assert_eq!(
+        pod.status(&container_id).await.mounts[0]
+            .image
+            .as_ref()
+            .unwrap()
+            .image_ref,
+        id
+    );
+    pod.remove_all().await;
+    assert_eq!(image_volume_mounts(&pod.daemon.root), Vec::<String>::new());
+}

@@ -5,6 +5,7 @@
 //! and snapshot records, and the in-flight pulls. Server handlers call it; nothing else touches
 //! those files.
 
+mod artifact;
 pub mod content;
 pub mod hosts;
 pub mod pause;

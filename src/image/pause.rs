@@ -132,6 +132,7 @@ impl ImageManager {
                 ..ImageConfig::default()
             },
             runtime_handlers: vec![String::new()],
+            artifact: None,
             pinned: true,
             created_at: scute_sys::clock::now_nanos(),
         };

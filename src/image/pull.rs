@@ -58,6 +58,23 @@ impl ImageManager {
                 "manifest is not a valid image manifest: {e}"
             )))
         })?;
+        if super::artifact::is_artifact(&manifest) {
+            let record = self
+                .pull_artifact(&remote, &image, &resolved, &manifest, runtime_handler)
+                .await
+                .map_err(pull_err)?;
+            let record = self.commit_record(record).await?;
+            tracing::info!(
+                image = %image,
+                id = %record.id,
+                files = record.artifact.as_ref().map_or(0, |a| a.files.len()),
+                bytes = record.size,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "image pulled (an OCI artifact)"
+            );
+            in_flight.succeeded();
+            return Ok(record);
+        }
         let config_digest =
             Digest::parse(&manifest.config.digest).map_err(|e| pull_err(PullError::Integrity(e.to_string())))?;
 
@@ -153,6 +170,7 @@ impl ImageManager {
             config: summarize_config(&config),
             pinned: false,
             runtime_handlers: vec![runtime_handler.to_string()],
+            artifact: None,
             created_at: scute_sys::clock::now_nanos(),
         };
         let record = self.commit_record(record).await?;
@@ -214,7 +232,7 @@ impl ImageManager {
         Ok(())
     }
 
-    async fn open_ingest(&self, digest: &Digest) -> Result<Option<Ingest>, PullError> {
+    pub(super) async fn open_ingest(&self, digest: &Digest) -> Result<Option<Ingest>, PullError> {
         let content = self.content_root.clone();
         let digest = digest.clone();
         tokio::task::spawn_blocking(move || {

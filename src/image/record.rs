@@ -33,6 +33,25 @@ pub struct ImageRecord {
     /// Empty (a record from before) means the default handler only.
     #[serde(default)]
     pub runtime_handlers: Vec<String>,
+    /// Set for an OCI artifact (not a runnable image): its files, in its one snapshot.
+    #[serde(default)]
+    pub artifact: Option<Artifact>,
+}
+
+/// What an OCI artifact holds (see `image::artifact`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// The manifest's artifactType (or its config's media type).
+    pub artifact_type: String,
+    pub files: Vec<ArtifactFile>,
+}
+
+/// One layer of an artifact: a file of its snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactFile {
+    pub name: String,
+    pub digest: Digest,
+    pub size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,6 +107,7 @@ impl ImageRecord {
             .into_iter()
             .chain(self.index_digest.iter())
             .chain(self.layers.iter().map(|l| &l.digest))
+            .chain(self.artifact.iter().flat_map(|a| a.files.iter().map(|f| &f.digest)))
     }
 
     pub fn has_name(&self) -> bool {

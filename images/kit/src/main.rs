@@ -3,6 +3,7 @@
 //! Fills the local test registry (images/build.sh) and makes the images of
 //! the image-pull tests and benchmarks; not part of the runtime.
 
+mod artifact;
 mod digest;
 mod genrootfs;
 mod image;
@@ -45,6 +46,24 @@ enum Command {
     GenRootfs(GenRootfsArgs),
     /// Push the image or index of an OCI image layout to a registry.
     Push(PushArgs),
+    /// Write an OCI image layout holding an artifact: one layer per --file, the empty config.
+    Artifact(ArtifactArgs),
+}
+
+#[derive(clap::Args)]
+struct ArtifactArgs {
+    /// A file that becomes one layer, titled with its file name (repeatable).
+    #[arg(long, required = true)]
+    file: Vec<PathBuf>,
+    /// The manifest's artifactType.
+    #[arg(long, default_value = "application/vnd.scute.test.artifact")]
+    artifact_type: String,
+    /// The layers' media type.
+    #[arg(long, default_value = "application/octet-stream")]
+    media_type: String,
+    /// OCI image layout directory to write (replaced if it already is one).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -254,6 +273,12 @@ fn run_index(args: IndexArgs) -> Result<()> {
     Ok(())
 }
 
+fn run_artifact(args: ArtifactArgs) -> Result<()> {
+    let manifest = artifact::build(&args.file, &args.artifact_type, &args.media_type, &args.out)?;
+    println!("built {} artifact {}", args.out.display(), manifest.digest);
+    Ok(())
+}
+
 fn run_gen_rootfs(args: GenRootfsArgs) -> Result<()> {
     let files = genrootfs::generate(&args.out, args.files, args.size, args.seed)?;
     println!(
@@ -304,6 +329,7 @@ fn main() -> ExitCode {
         Command::Index(args) => run_index(args),
         Command::GenRootfs(args) => run_gen_rootfs(args),
         Command::Push(args) => run_push(args),
+        Command::Artifact(args) => run_artifact(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -254,6 +254,12 @@ impl ContainerManager {
             }
             Err(e) => return Err(e.into()),
         };
+        if let Some(artifact) = &image.artifact {
+            return Err(ContainerError::InvalidArgument(format!(
+                "image {image_name:?} is an OCI artifact ({}), not a runnable image: mount it as an image volume",
+                artifact.artifact_type
+            )));
+        }
         let name = container_name(&metadata, &sandbox_config.metadata.clone().unwrap_or_default());
         let name_lock = self.name_locks.lock(&name).await;
         if let Some(holder) = self.store.name_holder(Kind::Container, &name)? {
