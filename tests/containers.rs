@@ -414,14 +414,7 @@ async fn a_container_keeps_its_layers_when_its_image_is_removed() {
     );
     // The removal collected garbage, and the container's layers were not garbage.
     assert_eq!(snapshots(), before);
-    pod.daemon
-        .runtime()
-        .await
-        .start_container(api::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap();
+    pod.start(&id).await;
     pod.wait_log("main", "stdout F still here").await;
     pod.remove_all().await;
 }

@@ -33,31 +33,18 @@ fn push_data_image(pod: &Pod) {
         "--out",
         layout.to_str().unwrap(),
     ]);
+    push(pod, &layout, "scute-test/image-volume-data:1");
+}
+
+fn push(pod: &Pod, layout: &Path, repo_tag: &str) {
     kit(&[
         "push",
         "--layout",
         layout.to_str().unwrap(),
         "--to",
-        &format!("{}/scute-test/image-volume-data:1", pod.registry().addr),
+        &format!("{}/{repo_tag}", pod.registry().addr),
         "--plain-http",
     ]);
-}
-
-async fn pull(pod: &Pod, image: &str) -> String {
-    pod.daemon
-        .images()
-        .await
-        .pull_image(api::PullImageRequest {
-            image: Some(api::ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("pulling {image}: {e:?}"))
-        .into_inner()
-        .image_ref
 }
 
 fn image_mount(container_path: &str, image: &str, sub_path: &str) -> api::Mount {
@@ -84,7 +71,7 @@ fn image_volume_mounts(root: &Path) -> Vec<String> {
 async fn an_image_is_mounted_read_only_whole_or_at_a_sub_path() {
     let pod = pod("image-volume").await;
     push_data_image(&pod);
-    let image_id = pull(&pod, DATA).await;
+    let image_id = pod.pull(DATA).await;
     assert!(image_id.starts_with("sha256:"), "{image_id}");
 
     let mut config = container(
@@ -153,7 +140,7 @@ async fn an_image_is_mounted_read_only_whole_or_at_a_sub_path() {
 async fn hostile_sub_paths_and_missing_images_are_refused() {
     let pod = pod("image-volume-hostile").await;
     push_data_image(&pod);
-    pull(&pod, DATA).await;
+    pod.pull(DATA).await;
     for (sub_path, says) in [
         ("/etc", "relative"),
         ("../etc", "relative"),
@@ -205,14 +192,7 @@ fn push_artifact(pod: &Pod) {
         "--out",
         layout.to_str().unwrap(),
     ]);
-    kit(&[
-        "push",
-        "--layout",
-        layout.to_str().unwrap(),
-        "--to",
-        &format!("{}/scute-test/model-artifact:1", pod.registry().addr),
-        "--plain-http",
-    ]);
+    push(pod, &layout, "scute-test/model-artifact:1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,7 +200,7 @@ async fn an_oci_artifact_is_mounted_as_its_files() {
     const ARTIFACT: &str = "registry.k8s.io/scute-test/model-artifact:1";
     let pod = pod("image-volume-artifact").await;
     push_artifact(&pod);
-    let id = pull(&pod, ARTIFACT).await;
+    let id = pod.pull(ARTIFACT).await;
     // The manifest's digest is its ID (its config is the shared empty one).
     let image = pod.image_status(ARTIFACT).await;
     assert_eq!(image.id, id);

@@ -49,6 +49,23 @@ async fn userns_pod(name: &str) -> Pod {
     .await
 }
 
+/// A container's linux config with its pod's namespace options: the kubelet repeats them on
+/// each container.
+fn pod_namespaces(pod: &Pod) -> api::LinuxContainerConfig {
+    api::LinuxContainerConfig {
+        security_context: Some(api::LinuxContainerSecurityContext {
+            namespace_options: pod
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.namespace_options.clone()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 fn uid_map_line(text: &str) -> Vec<u64> {
     text.lines()
         .find_map(|l| {
@@ -97,22 +114,7 @@ async fn pod_user_namespace_maps_root_to_an_unprivileged_host_id() {
         ..Default::default()
     }];
     // The kubelet repeats the pod's options on each container.
-    config.linux = Some(api::LinuxContainerConfig {
-        security_context: Some(api::LinuxContainerSecurityContext {
-            namespace_options: pod
-                .config
-                .linux
-                .as_ref()
-                .unwrap()
-                .security_context
-                .as_ref()
-                .unwrap()
-                .namespace_options
-                .clone(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    config.linux = Some(pod_namespaces(&pod));
     let id = pod.run(config).await;
     let log = pod.wait_log("main", "ready").await;
     assert_eq!(uid_map_line(&log), vec![0, HOST_ID as u64, LENGTH as u64], "{log}");
@@ -320,22 +322,7 @@ async fn image_volumes_are_idmapped_like_the_rootfs() {
             ..Default::default()
         })
         .collect();
-    config.linux = Some(api::LinuxContainerConfig {
-        security_context: Some(api::LinuxContainerSecurityContext {
-            namespace_options: pod
-                .config
-                .linux
-                .as_ref()
-                .unwrap()
-                .security_context
-                .as_ref()
-                .unwrap()
-                .namespace_options
-                .clone(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    config.linux = Some(pod_namespaces(&pod));
     pod.run(config).await;
     let log = pod.wait_log("main", "ready").await;
     // The image's files are the host root's; through the idmapped layers, the pod root's.

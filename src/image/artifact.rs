@@ -127,16 +127,10 @@ impl ImageManager {
         Ok(ImageRecord {
             id: resolved.manifest_digest.clone(),
             repo_tags: image.repo_tag().into_iter().collect(),
-            repo_digests: vec![image.repo_digest(
-                resolved
-                    .index
-                    .as_ref()
-                    .map(|(_, d)| d)
-                    .unwrap_or(&resolved.manifest_digest),
-            )],
+            repo_digests: vec![image.repo_digest(resolved.top_digest())],
             manifest_digest: resolved.manifest_digest.clone(),
             manifest_media_type: resolved.media_type.clone(),
-            index_digest: resolved.index.as_ref().map(|(_, d)| d.clone()),
+            index_digest: resolved.index_digest(),
             layers: vec![LayerRecord {
                 digest: resolved.manifest_digest.clone(),
                 diff_id: chain_id.clone(),

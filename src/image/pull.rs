@@ -153,18 +153,10 @@ impl ImageManager {
         let record = ImageRecord {
             id: config_digest,
             repo_tags: image.repo_tag().into_iter().collect(),
-            // The digest the tag points at (the index for a multi-arch image), as containerd
-            // records it: pulling `name@<that digest>` must find this image.
-            repo_digests: vec![image.repo_digest(
-                resolved
-                    .index
-                    .as_ref()
-                    .map(|(_, d)| d)
-                    .unwrap_or(&resolved.manifest_digest),
-            )],
+            repo_digests: vec![image.repo_digest(resolved.top_digest())],
             manifest_digest: resolved.manifest_digest.clone(),
             manifest_media_type: resolved.media_type.clone(),
-            index_digest: resolved.index.as_ref().map(|(_, d)| d.clone()),
+            index_digest: resolved.index_digest(),
             layers: layers.into_iter().map(|(l, _, _)| l).collect(),
             size,
             config: summarize_config(&config),

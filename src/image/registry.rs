@@ -80,6 +80,18 @@ pub struct Resolved {
     pub index: Option<(Vec<u8>, Digest)>,
 }
 
+impl Resolved {
+    /// The digest the reference points at: the index of a multi-arch image, else the manifest.
+    /// containerd records it as the RepoDigest: pulling `name@<it>` must find the image.
+    pub fn top_digest(&self) -> &Digest {
+        self.index.as_ref().map(|(_, d)| d).unwrap_or(&self.manifest_digest)
+    }
+
+    pub fn index_digest(&self) -> Option<Digest> {
+        self.index.as_ref().map(|(_, d)| d.clone())
+    }
+}
+
 pub struct Remote {
     image: ImageRef,
     endpoints: Vec<Endpoint>,

@@ -147,15 +147,37 @@ impl Pod {
 
     pub async fn run(&self, config: api::ContainerConfig) -> String {
         let id = self.create(config).await.unwrap();
+        self.start(&id).await;
+        id
+    }
+
+    pub async fn start(&self, id: &str) {
         self.daemon
             .runtime()
             .await
             .start_container(api::StartContainerRequest {
-                container_id: id.clone(),
+                container_id: id.into(),
             })
             .await
-            .unwrap();
-        id
+            .unwrap_or_else(|e| panic!("StartContainer {id}: {e:?}"));
+    }
+
+    /// PullImage through the daemon's mirrors; answers the image's ID.
+    pub async fn pull(&self, image: &str) -> String {
+        self.daemon
+            .images()
+            .await
+            .pull_image(api::PullImageRequest {
+                image: Some(api::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("pulling {image}: {e:?}"))
+            .into_inner()
+            .image_ref
     }
 
     pub async fn status(&self, id: &str) -> api::ContainerStatus {
