@@ -1,8 +1,8 @@
 //! RuntimeClass-scoped images (KEP-4216) as the kubelet sees them: the ImageSpec's
 //! runtime_handler in PullImage, ImageStatus, ListImages and RemoveImage. scute has one
-//! snapshotter, so the content is shared; each image lists once per handler it was pulled for,
-//! a named handler's RemoveImage drops that handler's claim, and an unknown handler is
-//! InvalidArgument everywhere.
+//! snapshotter, so the content is shared; each image lists once per handler it was pulled (or
+//! found by ImageStatus) for, a handler's RemoveImage drops that handler's claim, and an unknown
+//! handler is InvalidArgument everywhere.
 
 mod common;
 
@@ -121,17 +121,33 @@ async fn images_are_scoped_by_runtime_handler() {
     assert_eq!(status.id, id);
     assert_eq!(status.spec.unwrap().runtime_handler, "kata");
 
-    // kata's RemoveImage drops its claim; the default handler still has the image.
+    // A handler's RemoveImage drops its claim; the other handler still has the image.
     remove(&daemon, &id, "kata").await.unwrap();
     assert_eq!(listed_handlers(&daemon, &id, "").await, [""]);
-    // The default handler's RemoveImage (crictl rmi) removes it whoever pulled it.
     pull(&daemon, "kata").await.unwrap();
+    remove(&daemon, &id, "").await.unwrap();
+    assert_eq!(listed_handlers(&daemon, &id, "").await, ["kata"]);
+    // RemoveImage for a handler that holds no claim (crictl rmi of an image only kata pulled)
+    // removes the image.
     remove(&daemon, &id, "").await.unwrap();
     assert!(listed_handlers(&daemon, &id, "").await.is_empty());
 
-    // The handler a pull was made for survives a restart.
-    pull(&daemon, "kata").await.unwrap();
+    // ImageStatus finding the image for a handler records that handler's claim: the kubelet
+    // will not pull it for that handler, and its image GC must see it under that handler.
+    pull(&daemon, "").await.unwrap();
+    daemon
+        .images()
+        .await
+        .image_status(api::ImageStatusRequest {
+            image: spec(BUSYBOX, "kata"),
+            verbose: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed_handlers(&daemon, &id, "").await, ["", "kata"]);
+
+    // The claims survive a restart.
     let mut daemon = daemon;
     daemon.restart();
-    assert_eq!(listed_handlers(&daemon, &id, "").await, ["kata"]);
+    assert_eq!(listed_handlers(&daemon, &id, "").await, ["", "kata"]);
 }

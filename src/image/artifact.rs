@@ -7,8 +7,12 @@
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 
+use bytes::Bytes;
 use futures_util::StreamExt;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use tokio::sync::mpsc;
+
+use super::content::ContentStore;
 
 use super::registry::{Remote, Resolved};
 use super::{ImageManager, PullError};
@@ -93,14 +97,26 @@ impl ImageManager {
                 self.download_blob(remote, layer, file).await?;
             }
         }
+        // One snapshot build at a time (another reference to the same artifact may be pulling).
+        let _one_build = self.layer_locks.lock(chain_id.as_str()).await;
         if !self.snapshots.exists(&chain_id) {
             let io = |e: std::io::Error| PullError::Remote(format!("artifact snapshot {chain_id}: {e}"));
             let pending = self.snapshots.prepare().map_err(io)?;
-            for (file, _) in &files {
-                let target = pending.fs().join(&file.name);
-                std::fs::copy(self.content.blob_path(&file.digest), &target).map_err(io)?;
-                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).map_err(io)?;
-            }
+            let copies: Vec<_> = files
+                .iter()
+                .map(|(f, _)| (self.content.blob_path(&f.digest), pending.fs().join(&f.name)))
+                .collect();
+            // Up to 16 GiB of copying: off the async workers.
+            tokio::task::spawn_blocking(move || {
+                for (blob, target) in copies {
+                    std::fs::copy(&blob, &target)?;
+                    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))?;
+                }
+                Ok::<(), std::io::Error>(())
+            })
+            .await
+            .map_err(|e| PullError::Remote(e.to_string()))?
+            .map_err(io)?;
             self.snapshots.commit(pending, &chain_id).map_err(io)?;
         }
         let size: u64 = files.iter().map(|(f, _)| f.size).sum();
@@ -166,21 +182,35 @@ impl ImageManager {
         let what = format!("artifact file {} ({})", file.name, file.digest);
         let (stream, _) = remote.blob_stream(layer, 0).await?;
         super::registry::check_announced(&stream, 0, file.size, &what)?;
+
+        // Writing and hashing run off the async workers, as a layer's download does.
+        let (tx, mut rx) = mpsc::channel::<Bytes>(32);
+        let (store, digest, size, label) = (self.content_root.clone(), file.digest.clone(), file.size, what.clone());
+        let writer = tokio::task::spawn_blocking(move || {
+            let content = ContentStore::open(&store).map_err(|e| PullError::Remote(e.to_string()))?;
+            while let Some(chunk) = rx.blocking_recv() {
+                if ingest.written() + chunk.len() as u64 > size {
+                    return Err(super::registry::more_than_declared(&label, size));
+                }
+                ingest.append(&chunk).map_err(|e| PullError::Remote(e.to_string()))?;
+            }
+            if ingest.written() < size {
+                return Err(super::registry::fewer_than_declared(&label, ingest.written(), size));
+            }
+            ingest
+                .commit(&content, &digest)
+                .map_err(|e| PullError::Integrity(format!("{label}: {e}")))
+        });
         let mut stream = stream.stream;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {e}")))?;
-            if ingest.written() + chunk.len() as u64 > file.size {
-                return Err(super::registry::more_than_declared(&what, file.size));
-            }
             crate::metrics::global().pull_bytes(chunk.len() as u64);
-            ingest.append(&chunk).map_err(|e| PullError::Remote(e.to_string()))?;
+            if tx.send(chunk).await.is_err() {
+                break; // the writer stopped: its error is answered below
+            }
         }
-        if ingest.written() < file.size {
-            return Err(super::registry::fewer_than_declared(&what, ingest.written(), file.size));
-        }
-        ingest
-            .commit(&self.content, &file.digest)
-            .map_err(|e| PullError::Integrity(format!("{what}: {e}")))
+        drop(tx);
+        writer.await.map_err(|e| PullError::Remote(e.to_string()))?
     }
 }
 

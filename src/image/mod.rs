@@ -186,11 +186,12 @@ impl ImageManager {
         image.pinned || image.repo_tags.iter().any(|t| self.pinned.contains(t))
     }
 
-    /// Removes an image with every name it has (removing `busybox:1` when the same image is also
-    /// `busybox:latest` removes both, as containerd does), then frees content and snapshots no
-    /// other image uses. A named `runtime_handler` only drops that handler's claim while other
-    /// handlers it was pulled for still hold it; the default one ("", crictl rmi) removes the
-    /// image whoever pulled it. Unknown images are not an error: the kubelet retries removals.
+    /// Drops `runtime_handler`'s claim on an image (KEP-4216: the kubelet collects images per
+    /// runtime class). The image goes when no claim is left, or when the handler held none
+    /// (`crictl rmi`, with no handler, of an image only other handlers pulled): with every name
+    /// it has (removing `busybox:1` when the same image is also `busybox:latest` removes both,
+    /// as containerd does), then content and snapshots no other image uses are freed. Unknown
+    /// images are not an error: the kubelet retries removals.
     pub async fn remove(&self, ref_or_id: &str, runtime_handler: &str) -> Result<(), ImageError> {
         let _records = self.records.lock().await;
         let mut image = match self.resolve(ref_or_id) {
@@ -199,8 +200,9 @@ impl ImageManager {
             Err(e) => return Err(e),
         };
         let mut handlers = image.handlers();
+        let held = handlers.iter().any(|h| h == runtime_handler);
         handlers.retain(|h| h != runtime_handler);
-        if !runtime_handler.is_empty() && !handlers.is_empty() {
+        if held && !handlers.is_empty() {
             image.runtime_handlers = handlers;
             self.store.put(&image)?;
             tracing::info!(image = %image.id, handler = %runtime_handler, "image released by a runtime handler; others still hold it");
@@ -292,6 +294,23 @@ impl ImageManager {
         self.store.put(&record)?;
         self.collect_garbage()?;
         Ok(record)
+    }
+
+    /// Records that `runtime_handler` uses image `id` (ImageStatus found it for that handler,
+    /// so the kubelet will not pull it for that handler: its claim must show in ListImages).
+    pub async fn claim(&self, id: &Digest, runtime_handler: &str) -> Result<(), ImageError> {
+        let _records = self.records.lock().await;
+        let Some(mut image) = self.store.get::<ImageRecord>(id.as_str())? else {
+            return Ok(());
+        };
+        let mut handlers = image.handlers();
+        if !handlers.iter().any(|h| h == runtime_handler) {
+            handlers.push(runtime_handler.to_string());
+            handlers.sort();
+            image.runtime_handlers = handlers;
+            self.store.put(&image)?;
+        }
+        Ok(())
     }
 
     /// Bytes and inodes used by the image filesystem (content + snapshots).

@@ -24,6 +24,11 @@ impl Cri {
             Err(ImageError::NotFound(_)) => return Ok(ImageStatusResponse::default()),
             Err(e) => return Err(e.into()),
         };
+        if !handler.is_empty() && !record.handlers().contains(&handler) {
+            // One snapshotter: an image pulled for any handler is there for every handler. The
+            // kubelet will not pull it for this one, so this handler's claim is recorded now.
+            self.images.claim(&record.id, &handler).await?;
+        }
         let mut info = HashMap::new();
         if request.verbose {
             // The whole image config as pulled, plus where its layers live (as containerd's
@@ -49,7 +54,6 @@ impl Cri {
             info.insert("info".to_string(), detail.to_string());
         }
         Ok(ImageStatusResponse {
-            // One snapshotter: an image pulled for any handler is there for every handler.
             image: Some(to_cri_image(&self.images, &record, &handler)),
             info,
         })

@@ -107,7 +107,7 @@ pub enum SubPathError {
 /// symlink that leads out, absolute or through "..", is refused, never followed on the host.
 /// Answers the path the host sees, for a bind mount.
 pub fn resolve_beneath(root: &Path, sub: &str) -> Result<PathBuf, SubPathError> {
-    if sub.starts_with('/') || sub.split('/').any(|c| c == "..") {
+    if sub.starts_with('/') || sub.contains('\0') || sub.split('/').any(|c| c == "..") {
         return Err(SubPathError::NotRelative);
     }
     let rel = sub.trim_matches('/');
@@ -136,8 +136,10 @@ pub fn resolve_beneath(root: &Path, sub: &str) -> Result<PathBuf, SubPathError> 
             Ok(fd) => break unsafe { OwnedFd::from_raw_fd(fd) },
         }
     };
+    // Both as the kernel names them (the configured root may go through a symlink).
     let found = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
-    if !found.starts_with(root) {
+    let real_root = std::fs::read_link(format!("/proc/self/fd/{}", root_fd.as_raw_fd()))?;
+    if !found.starts_with(&real_root) {
         return Err(SubPathError::Escapes);
     }
     Ok(found)
@@ -169,5 +171,13 @@ mod tests {
         assert!(matches!(resolve_beneath(&root, "missing"), Err(SubPathError::Missing)));
         assert!(matches!(resolve_beneath(&root, "abs"), Err(SubPathError::Escapes)));
         assert!(matches!(resolve_beneath(&root, "etc/up"), Err(SubPathError::Escapes)));
+        assert!(matches!(
+            resolve_beneath(&root, "etc\0"),
+            Err(SubPathError::NotRelative)
+        ));
+        // A root reached through a symlink (a data dir moved to another disk) still works.
+        let linked = root.with_file_name("linked");
+        std::os::unix::fs::symlink(&root, &linked).unwrap();
+        assert_eq!(resolve_beneath(&linked, "etc/conf").unwrap(), root.join("etc/conf"));
     }
 }

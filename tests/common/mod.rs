@@ -395,45 +395,40 @@ impl Registry {
     }
 
     pub fn stop(&self) {
+        if let Some(out) = self.run_stop() {
+            assert!(
+                out.status.success(),
+                "hack/registry.sh stop failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// Stops the registry and removes its dir, for a registry that is never dropped (a static).
+    pub fn shut_down(&self) {
+        if self.run_stop().is_some() {
+            let _ = std::fs::remove_dir_all(self.dir.path());
+        }
+    }
+
+    /// `hack/registry.sh stop` on this registry's dir; None for an external registry (not ours
+    /// to stop).
+    fn run_stop(&self) -> Option<std::process::Output> {
         if self.external {
-            return;
+            return None;
         }
         let out = Command::new(repo_root().join("hack/registry.sh"))
             .args(["stop", "--dir"])
             .arg(self.dir.path())
             .output()
             .expect("run hack/registry.sh");
-        assert!(
-            out.status.success(),
-            "hack/registry.sh stop failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Registry {
-    /// Stops the registry and removes its dir, for a registry that is never dropped (a static).
-    pub fn shut_down(&self) {
-        if self.external {
-            return;
-        }
-        let _ = Command::new(repo_root().join("hack/registry.sh"))
-            .args(["stop", "--dir"])
-            .arg(self.dir.path())
-            .output();
-        let _ = std::fs::remove_dir_all(self.dir.path());
+        Some(out)
     }
 }
 
 impl Drop for Registry {
     fn drop(&mut self) {
-        if self.external {
-            return;
-        }
-        let _ = Command::new(repo_root().join("hack/registry.sh"))
-            .args(["stop", "--dir"])
-            .arg(self.dir.path())
-            .output();
+        let _ = self.run_stop();
     }
 }
 

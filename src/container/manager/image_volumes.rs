@@ -9,6 +9,7 @@ use std::path::Path;
 use super::{failed, ContainerError, ContainerManager};
 use crate::api;
 use crate::container::record::ImageVolume;
+use crate::image::record::ImageRecord;
 use crate::image::ImageError;
 use crate::snapshot::view::{self, SubPathError};
 
@@ -21,28 +22,20 @@ pub(super) fn is_image_volume(m: &api::Mount) -> bool {
 }
 
 impl ContainerManager {
-    /// Mounts the view of every image volume of `config` under `dir` (idmapped through the
-    /// pod's user namespace `userns` when it has one) and answers the config with those mounts
-    /// bound from their views (or sub-paths), read-only, with the images they resolved to.
-    /// None when no mount names an image. What was mounted before a failure stays for the
-    /// caller's rollback (`unmount_image_volumes`).
-    pub(super) fn stage_image_volumes(
+    /// The images `config`'s image volumes name, resolved, their sub-paths checked as paths,
+    /// before anything is mounted: the caller records them as held (garbage collection keeps
+    /// their layers) and only then mounts them (`stage_image_volumes`).
+    pub(super) fn resolve_image_volumes(
         &self,
         config: &api::ContainerConfig,
-        dir: &Path,
-        userns: Option<&File>,
-    ) -> Result<(Option<api::ContainerConfig>, Vec<ImageVolume>), ContainerError> {
-        if !config.mounts.iter().any(is_image_volume) {
-            return Ok((None, Vec::new()));
-        }
-        let mut staged = config.clone();
+    ) -> Result<Vec<(ImageVolume, ImageRecord)>, ContainerError> {
         let mut volumes = Vec::new();
-        for (i, mount) in staged.mounts.iter_mut().enumerate() {
+        for (i, mount) in config.mounts.iter().enumerate() {
             if !is_image_volume(mount) {
                 continue;
             }
             let name = mount.image.as_ref().map(|s| s.image.clone()).unwrap_or_default();
-            let at = mount.container_path.clone();
+            let at = &mount.container_path;
             let image = match self.images.resolve(&name) {
                 Ok(image) => image,
                 Err(ImageError::NotFound(_)) => {
@@ -52,26 +45,53 @@ impl ContainerManager {
                 }
                 Err(e) => return Err(e.into()),
             };
-            if mount.image_sub_path.starts_with('/') || mount.image_sub_path.split('/').any(|c| c == "..") {
-                return Err(sub_path_error(
-                    &at,
-                    &mount.image_sub_path,
-                    &name,
-                    SubPathError::NotRelative,
-                ));
+            let sub = &mount.image_sub_path;
+            if sub.starts_with('/') || sub.contains('\0') || sub.split('/').any(|c| c == "..") {
+                return Err(sub_path_error(at, sub, &name, SubPathError::NotRelative));
             }
+            if image.layers.is_empty() {
+                return Err(ContainerError::InvalidArgument(format!(
+                    "image volume at {at}: image {name:?} has no layers to mount"
+                )));
+            }
+            let volume = ImageVolume {
+                mount: i,
+                image_id: image.id.clone(),
+                chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
+            };
+            volumes.push((volume, image));
+        }
+        Ok(volumes)
+    }
+
+    /// Mounts the view of every resolved image volume under `dir` (idmapped through the pod's
+    /// user namespace `userns` when it has one) and answers the config with those mounts bound
+    /// from their views (or sub-paths), read-only. None when there are none. What was mounted
+    /// before a failure stays for the caller's rollback (`unmount_image_volumes`).
+    pub(super) fn stage_image_volumes(
+        &self,
+        config: &api::ContainerConfig,
+        volumes: &[(ImageVolume, ImageRecord)],
+        dir: &Path,
+        userns: Option<&File>,
+    ) -> Result<Option<api::ContainerConfig>, ContainerError> {
+        if volumes.is_empty() {
+            return Ok(None);
+        }
+        let mut staged = config.clone();
+        for (volume, image) in volumes {
+            let Some(mount) = staged.mounts.get_mut(volume.mount) else {
+                continue;
+            };
+            let name = mount.image.as_ref().map(|s| s.image.clone()).unwrap_or_default();
+            let at = mount.container_path.clone();
             let lowers: Vec<_> = image
                 .layers
                 .iter()
                 .rev()
                 .map(|l| self.images.snapshots().fs_path(&l.chain_id))
                 .collect();
-            if lowers.is_empty() {
-                return Err(ContainerError::InvalidArgument(format!(
-                    "image volume at {at}: image {name:?} has no layers to mount"
-                )));
-            }
-            let volume_dir = dir.join(VOLUMES_DIR).join(i.to_string());
+            let volume_dir = dir.join(VOLUMES_DIR).join(volume.mount.to_string());
             let root = view::mount_readonly(&lowers, &volume_dir, userns)
                 .map_err(failed(&format!("mounting image {name:?} at {at}")))?;
             let source = view::resolve_beneath(&root, &mount.image_sub_path)
@@ -81,13 +101,8 @@ impl ContainerManager {
             // The view is made through the pod's user namespace already.
             mount.uid_mappings.clear();
             mount.gid_mappings.clear();
-            volumes.push(ImageVolume {
-                mount: i,
-                image_id: image.id.clone(),
-                chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
-            });
         }
-        Ok((Some(staged), volumes))
+        Ok(Some(staged))
     }
 }
 

@@ -379,12 +379,13 @@ impl ContainerManager {
             ),
             None => None,
         };
-        let (with_volumes, image_volumes) = self.stage_image_volumes(config, &dir, ns_file.as_ref())?;
-        if !image_volumes.is_empty() {
-            // Held from now on: garbage collection keeps the images' layers.
-            record.image_volumes = image_volumes;
+        let volumes = self.resolve_image_volumes(config)?;
+        if !volumes.is_empty() {
+            // Held before they are mounted: garbage collection keeps the images' layers.
+            record.image_volumes = volumes.iter().map(|(v, _)| v.clone()).collect();
             self.store.put(&*record)?;
         }
+        let with_volumes = self.stage_image_volumes(config, &volumes, &dir, ns_file.as_ref())?;
         let config = with_volumes.as_ref().unwrap_or(config);
         let mut staged = None;
         match (&userns, &ns_file) {
