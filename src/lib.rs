@@ -13,6 +13,7 @@ pub mod check;
 pub mod client;
 pub mod config;
 pub mod container;
+pub mod cri_limits;
 pub mod daemon;
 pub mod distribution;
 pub mod events;

@@ -160,6 +160,10 @@ async fn exit_codes_reasons_and_grace() {
         ..Default::default()
     });
     assert_eq!(pod.create(missing).await.unwrap_err().code(), Code::NotFound);
+    // A blank name is no name.
+    let err = pod.create(container(" ", "true")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("config.metadata.name"), "{}", err.message());
     pod.remove_all().await;
 }
 

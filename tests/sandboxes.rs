@@ -309,6 +309,29 @@ async fn bad_requests_and_duplicates() {
     assert!(err.message().contains("no-such-handler"));
     let err = run(&daemon, api::PodSandboxConfig::default()).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+    // What no Kubernetes object can carry, named in the answer; nothing is made.
+    let mut blank = pod_config("x");
+    blank.metadata.as_mut().unwrap().name = " ".into();
+    let mut big_label = pod_config("x");
+    big_label.labels.insert("big".into(), "v".repeat(1 << 20));
+    let mut no_such_sysctl = pod_config("x");
+    no_such_sysctl
+        .linux
+        .get_or_insert_with(Default::default)
+        .sysctls
+        .insert("net.ipv4.no_such_sysctl".into(), "1".into());
+    for (config, says) in [
+        (blank, "metadata.name"),
+        (big_label, "labels[\"big\"]"),
+        (no_such_sysctl, "net.ipv4.no_such_sysctl"),
+    ] {
+        let err = run(&daemon, config).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{says}: {err:?}");
+        assert!(err.message().contains(says), "{says}: {}", err.message());
+    }
+    assert!(std::fs::read_dir(daemon.root.join("sandboxes"))
+        .map(|d| d.count() == 0)
+        .unwrap_or(true));
 
     let id = run(&daemon, pod_config("dup")).await.unwrap();
     let err = run(&daemon, pod_config("dup")).await.unwrap_err();

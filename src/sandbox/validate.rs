@@ -5,6 +5,7 @@
 use super::files;
 use crate::api;
 use crate::config::Config;
+use crate::cri_limits;
 
 /// Checks a RunPodSandbox request before anything is created; Err is the InvalidArgument
 /// message.
@@ -18,17 +19,10 @@ pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &C
         ("namespace", &metadata.namespace),
         ("uid", &metadata.uid),
     ] {
-        if value.is_empty() {
-            return invalid(format!("PodSandboxConfig.metadata.{field} must not be empty"));
-        }
-        if value.len() > 253 || value.contains(['/', '\0']) {
-            let shown: String = value.chars().take(64).collect();
-            return invalid(format!(
-                "PodSandboxConfig.metadata.{field} {shown:?} ({} bytes) is not a valid name",
-                value.len()
-            ));
-        }
+        cri_limits::check_name(&format!("PodSandboxConfig.metadata.{field}"), value)?;
     }
+    cri_limits::check_labels("PodSandboxConfig.labels", &config.labels)?;
+    cri_limits::check_annotations("PodSandboxConfig.annotations", &config.annotations)?;
     if !config.log_directory.is_empty()
         && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
     {
@@ -90,8 +84,28 @@ pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &C
                 "sysctl {key:?} is not namespaced (or not allowed for a host-network pod)"
             ));
         }
+        if !sysctl_exists(key) {
+            return invalid(format!("sysctl {key:?} does not exist on this node's kernel"));
+        }
     }
     Ok(())
+}
+
+/// Whether the kernel has sysctl `key` (`net.ipv4.ip_forward` or `net/ipv4/ip_forward`), as
+/// /proc/sys shows it to the daemon: a pod's own namespaces have the same names, except for
+/// per-interface ones (`net.ipv4.conf.eth0.*`: the pod's eth0 is not the node's), which are
+/// left to the kernel.
+fn sysctl_exists(key: &str) -> bool {
+    let rel = key.replace('.', "/");
+    let parts: Vec<&str> = rel.split('/').collect();
+    if parts.iter().any(|c| c.is_empty() || *c == "..") {
+        return false;
+    }
+    let per_interface = parts.len() >= 5
+        && parts[0] == "net"
+        && matches!(parts[2], "conf" | "neigh")
+        && !matches!(parts[3], "all" | "default");
+    per_interface || std::path::Path::new("/proc/sys").join(rel).is_file()
 }
 
 /// The sysctls a pod may set: the kernel's namespaced ones (IPC; network unless the pod uses the
@@ -124,6 +138,12 @@ mod tests {
         assert!(is_namespaced_sysctl("kernel.shm_rmid_forced", true));
         assert!(!is_namespaced_sysctl("kernel.panic", false));
         assert!(!is_namespaced_sysctl("vm.overcommit_memory", false));
+        assert!(sysctl_exists("net.ipv4.ip_forward") && sysctl_exists("kernel/shm_rmid_forced"));
+        assert!(!sysctl_exists("net.ipv4.no_such_sysctl"));
+        assert!(!sysctl_exists("net..ipv4") && !sysctl_exists("net/../kernel/panic"));
+        // The pod's own interfaces are not the node's.
+        assert!(sysctl_exists("net.ipv4.conf.eth0.rp_filter"));
+        assert!(!sysctl_exists("net.ipv4.conf.all.no_such_sysctl"));
     }
 
     #[test]

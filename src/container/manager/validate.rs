@@ -33,15 +33,11 @@ pub(super) fn validate_config(config: &api::ContainerConfig) -> Result<(), Conta
     let Some(metadata) = &config.metadata else {
         return invalid("config.metadata is required".into());
     };
-    if metadata.name.is_empty() {
-        return invalid("config.metadata.name is required".into());
-    }
-    if metadata.name.len() > 253 || metadata.name.contains(['/', '\0']) {
-        let shown: String = metadata.name.chars().take(64).collect();
-        return invalid(format!(
-            "config.metadata.name {shown:?} ({} bytes) is not a valid name",
-            metadata.name.len()
-        ));
+    let limits = crate::cri_limits::check_name("config.metadata.name", &metadata.name)
+        .and_then(|()| crate::cri_limits::check_labels("config.labels", &config.labels))
+        .and_then(|()| crate::cri_limits::check_annotations("config.annotations", &config.annotations));
+    if let Err(message) = limits {
+        return invalid(message);
     }
     let image = config.image.as_ref().map(|i| i.image.as_str()).unwrap_or_default();
     if image.is_empty() {
