@@ -1,4 +1,4 @@
-//! Checks of what the kubelet names, labels and annotates, shared by RunPodSandbox and
+//! Checks of what the kubelet names and labels, shared by RunPodSandbox and
 //! CreateContainer: what no Kubernetes object can carry is InvalidArgument with the field named,
 //! before anything is made. Kubernetes' own limits, widened only where the kubelet itself goes
 //! past them (it labels a pod with its name, up to 253 bytes).
@@ -12,8 +12,6 @@ pub const MAX_LABEL_KEY: usize = 253 + 1 + 63;
 /// A label value: 63 in the API, but the kubelet's `io.kubernetes.pod.name` carries a whole pod
 /// name.
 pub const MAX_LABEL_VALUE: usize = 253;
-/// All annotations together: the API server admits 256 KiB; the kubelet adds a few of its own.
-pub const MAX_ANNOTATIONS: usize = 256 * 1024 + 16 * 1024;
 
 /// `field` as a name: Err is the InvalidArgument message.
 pub fn check_name(field: &str, value: &str) -> Result<(), String> {
@@ -49,23 +47,12 @@ pub fn check_labels(field: &str, labels: &HashMap<String, String>) -> Result<(),
     Ok(())
 }
 
-pub fn check_annotations(field: &str, annotations: &HashMap<String, String>) -> Result<(), String> {
-    if let Some(key) = annotations.keys().find(|k| k.trim().is_empty()) {
-        return Err(format!("{field} has an empty key ({key:?})"));
-    }
-    let total: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if total > MAX_ANNOTATIONS {
-        return Err(format!("{field} total {total} bytes (at most {MAX_ANNOTATIONS})"));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn names_labels_and_annotations_at_kubernetes_limits() {
+    fn names_and_labels_at_kubernetes_limits() {
         check_name("name", "web-0").unwrap();
         for bad in ["", " ", "\t", "a/b", "nul\0", &"n".repeat(254)] {
             assert!(check_name("name", bad).unwrap_err().starts_with("name"), "{bad:?}");
@@ -81,8 +68,5 @@ mod tests {
             .unwrap_err()
             .contains("\"big\""));
         assert!(check_labels("labels", &labels(" ", "v")).is_err());
-        check_annotations("annotations", &labels("a", &"v".repeat(256 * 1024))).unwrap();
-        assert!(check_annotations("annotations", &labels("a", &"v".repeat(300 * 1024))).is_err());
-        assert!(check_annotations("annotations", &labels("", "v")).is_err());
     }
 }

@@ -22,7 +22,6 @@ pub(super) fn validate(config: &api::PodSandboxConfig, handler: &str, daemon: &C
         cri_limits::check_name(&format!("PodSandboxConfig.metadata.{field}"), value)?;
     }
     cri_limits::check_labels("PodSandboxConfig.labels", &config.labels)?;
-    cri_limits::check_annotations("PodSandboxConfig.annotations", &config.annotations)?;
     if !config.log_directory.is_empty()
         && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
     {

@@ -34,8 +34,7 @@ pub(super) fn validate_config(config: &api::ContainerConfig) -> Result<(), Conta
         return invalid("config.metadata is required".into());
     };
     let limits = crate::cri_limits::check_name("config.metadata.name", &metadata.name)
-        .and_then(|()| crate::cri_limits::check_labels("config.labels", &config.labels))
-        .and_then(|()| crate::cri_limits::check_annotations("config.annotations", &config.annotations));
+        .and_then(|()| crate::cri_limits::check_labels("config.labels", &config.labels));
     if let Err(message) = limits {
         return invalid(message);
     }
