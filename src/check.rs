@@ -326,6 +326,56 @@ pub fn check_registries(config: &Config) -> Vec<Finding> {
     out
 }
 
+/// The CDI spec files `[cdi] spec_dirs` hold and the devices they define; a broken file or an
+/// ambiguous device is a warning (containers asking for those devices fail, others run).
+pub fn check_cdi(config: &Config) -> Vec<Finding> {
+    let registry = crate::cdi::CdiRegistry::new(&config.cdi);
+    let dirs = registry
+        .dirs()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if !registry.enabled() {
+        return vec![finding(
+            "cdi",
+            Verdict::Ok,
+            "disabled: containers asking for CDI devices fail",
+        )];
+    }
+    let files = registry.files();
+    if files.is_empty() {
+        return vec![finding("cdi", Verdict::Ok, format!("no CDI specs in {dirs}"))];
+    }
+    let mut out: Vec<Finding> = files
+        .into_iter()
+        .map(|f| match (f.error, f.kind) {
+            (Some(error), _) => finding("cdi", Verdict::Warn, format!("{} skipped: {error}", f.path.display())),
+            (None, kind) => finding(
+                "cdi",
+                Verdict::Ok,
+                format!(
+                    "{} ({}): {}",
+                    f.path.display(),
+                    kind.unwrap_or_default(),
+                    f.devices.join(", ")
+                ),
+            ),
+        })
+        .collect();
+    for (name, files) in registry.ambiguous() {
+        out.push(finding(
+            "cdi",
+            Verdict::Warn,
+            format!(
+                "{name} is defined twice at the same priority ({}): refused",
+                files.join(", ")
+            ),
+        ));
+    }
+    out
+}
+
 fn tcp_reachable(url: &str) -> Result<(), String> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
     let authority = rest.split('/').next().unwrap_or(rest);
@@ -358,6 +408,7 @@ pub fn run_all(config: &Config) -> Vec<Finding> {
         check_cni(config),
     ];
     findings.extend(check_registries(config));
+    findings.extend(check_cdi(config));
     findings
 }
 

@@ -29,6 +29,7 @@ pub struct Config {
     pub image: ImageConfig,
     pub streaming: StreamingConfig,
     pub metrics: MetricsConfig,
+    pub cdi: CdiConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +133,15 @@ pub struct MetricsConfig {
     pub address: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CdiConfig {
+    /// Off: a container asking for a CDI device fails to create (never runs without it).
+    pub enabled: bool,
+    /// Directories of CDI spec files; a device in a later one overrides one in an earlier one.
+    pub spec_dirs: Vec<PathBuf>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -232,6 +242,11 @@ impl Config {
         for dir in &self.cni.bin_dirs {
             if !dir.is_absolute() {
                 return Err(bad("cni.bin_dirs", format!("{:?} is not an absolute path", dir)));
+            }
+        }
+        for dir in &self.cdi.spec_dirs {
+            if !dir.is_absolute() {
+                return Err(bad("cdi.spec_dirs", format!("{:?} is not an absolute path", dir)));
             }
         }
         for (key, size) in [

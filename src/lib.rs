@@ -8,6 +8,7 @@ pub mod api {
     tonic::include_proto!("runtime.v1");
 }
 
+pub mod cdi;
 pub mod cgroups;
 pub mod check;
 pub mod client;

@@ -47,13 +47,6 @@ pub fn container_spec(s: &ContainerSpec<'_>) -> Result<Spec, SpecError> {
         ));
     }
 
-    if let Some(cdi) = s.config.cdi_devices.first() {
-        return Err(SpecError::Invalid(format!(
-            "CDI devices ({:?}) are not supported",
-            cdi.name
-        )));
-    }
-
     let args = process_args(&s.config.command, &s.config.args, s.image)?;
     let env = container_env(s.image, &s.config.envs, &env_hostname(s.sandbox));
     let cwd = working_dir(s.config, s.image)?;

@@ -52,6 +52,7 @@ use std::time::{Instant, SystemTime};
 use tonic::{Code, Response, Status};
 use tracing::Instrument;
 
+use crate::cdi::CdiError;
 use crate::config::Config;
 use crate::container::manager::{ContainerError, ContainerManager};
 use crate::image::{ImageError, ImageManager, PullError};
@@ -189,6 +190,7 @@ impl From<RpcError> for Status {
                 ContainerError::Image(e) => image_code(e),
                 ContainerError::Sandbox(e) => sandbox_code(e),
                 ContainerError::Spec(e) => spec_code(e),
+                ContainerError::Cdi(e) => cdi_code(e),
             },
             RpcError::Image(e) => image_code(e),
             RpcError::Internal(_) => Code::Internal,
@@ -203,6 +205,17 @@ fn spec_code(e: &SpecError) -> Code {
         // The host is not as the request needs it (a mount's propagation or source, no pause).
         SpecError::Host(_) => Code::FailedPrecondition,
         SpecError::Build(_) => Code::Internal,
+    }
+}
+
+fn cdi_code(e: &CdiError) -> Code {
+    match e {
+        CdiError::Disabled(_)
+        | CdiError::Unresolvable { .. }
+        | CdiError::Ambiguous { .. }
+        | CdiError::Annotation { .. } => Code::InvalidArgument,
+        // The vendor's spec cannot be applied on this host (a device it names is missing).
+        CdiError::Apply { .. } => Code::FailedPrecondition,
     }
 }
 

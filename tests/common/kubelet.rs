@@ -24,6 +24,10 @@ use serde_json::{json, Value};
 
 use super::{free_port, repo_root, wait_or_kill, Daemon, Registry, TestNetwork};
 
+/// The device plugin API's fixed directory (v1beta1.DevicePluginPath); the kubelet makes it
+/// (and /var/lib/kubelet) whatever its root dir.
+const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
+
 /// The sysctls the kubelet sets at start (`setupKernelTunables`, protectKernelDefaults off).
 const KUBELET_SYSCTLS: [&str; 6] = [
     "vm/overcommit_memory",
@@ -89,6 +93,8 @@ pub struct Node {
     kubelet: Option<Child>,
     kubelet_bin: PathBuf,
     dir: tempfile::TempDir,
+    /// /var/lib/kubelet did not exist before this node's kubelet made it: removed on drop.
+    made_var_lib_kubelet: bool,
     pub name: String,
     /// The namespace every pod of this node is put in (log links are found by it).
     pub namespace: String,
@@ -103,12 +109,17 @@ impl Node {
     /// Starts a node; `config` holds extra KubeletConfiguration fields (merged over the harness's).
     /// None, after saying so, when the kubelet is not available.
     pub fn start(test: &str, config: Value) -> Option<Node> {
+        Self::start_with_daemon(test, config, "")
+    }
+
+    /// `start` with `daemon_toml` added to the daemon's config.
+    pub fn start_with_daemon(test: &str, config: Value, daemon_toml: &str) -> Option<Node> {
         let Some(tools) = tools_dir() else {
             eprintln!("SKIPPED {test}: no kubelet (../shared/tools is not beside this checkout)");
             return None;
         };
         let host = host_lock();
-        let daemon = Daemon::start("");
+        let daemon = Daemon::start(daemon_toml);
         daemon.mirror_public_registries_to(&shared_registry().addr);
         let network = TestNetwork::install(&daemon);
         let dir = tempfile::Builder::new().prefix("scute-kubelet-").tempdir().unwrap();
@@ -138,6 +149,7 @@ impl Node {
                 })
                 .collect(),
             dir,
+            made_var_lib_kubelet: !Path::new(DEVICE_PLUGINS_DIR).parent().unwrap().exists(),
             _host: host,
         };
         for sub in ["manifests", "root", "pki", "pod-logs", "volume-plugins"] {
@@ -274,6 +286,12 @@ impl Node {
                 q => format!("{root}/kubepods/{q}/pod{uid}"),
             }
         }
+    }
+
+    /// Where device plugins register (`kubelet.sock`) and serve: fixed by the device plugin
+    /// API, not under the kubelet's root dir.
+    pub fn device_plugins_dir(&self) -> PathBuf {
+        PathBuf::from(DEVICE_PLUGINS_DIR)
     }
 
     pub fn kubelet_log_path(&self) -> PathBuf {
@@ -440,6 +458,9 @@ impl Drop for Node {
             if !value.is_empty() {
                 let _ = std::fs::write(path, value);
             }
+        }
+        if self.made_var_lib_kubelet {
+            let _ = std::fs::remove_dir_all(Path::new(DEVICE_PLUGINS_DIR).parent().unwrap());
         }
         for entry in std::fs::read_dir("/var/log/containers").into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();

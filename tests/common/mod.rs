@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod device_plugin;
 pub mod kubelet;
 pub mod pod;
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::record::{container_name, ContainerRecord, ContainerState};
 use crate::api;
+use crate::cdi::{CdiError, CdiRegistry};
 use crate::config::{Config, DefaultSeccomp};
 use crate::events::Events;
 use crate::handover::Unclaimed;
@@ -53,6 +54,8 @@ pub enum ContainerError {
     Sandbox(#[from] SandboxError),
     #[error(transparent)]
     Spec(#[from] SpecError),
+    #[error(transparent)]
+    Cdi(#[from] CdiError),
     /// A host operation failed (Internal); the I/O error stays as the source.
     #[error("{what}: {source}")]
     Io {
@@ -93,6 +96,8 @@ pub struct ContainerManager {
     events: Arc<Events>,
     /// The host's cgroup layout and scute's capabilities, for every container's spec.
     host: HostFacts,
+    /// The node's CDI devices (`[cdi] spec_dirs`), for containers that ask for some.
+    cdi: CdiRegistry,
     /// Held while a state change that sends an event is stored and sent, so a container's events
     /// go out in order and its exit is reported once, whoever notices it first.
     transitions: tokio::sync::Mutex<()>,
@@ -109,6 +114,7 @@ impl ContainerManager {
         events: Arc<Events>,
     ) -> ContainerManager {
         ContainerManager {
+            cdi: CdiRegistry::new(&config.cdi),
             config,
             store,
             images,
@@ -409,7 +415,8 @@ impl ContainerManager {
         if let Some(what) = crate::snapshot::rootfs::settle_dev(&rootfs).map_err(failed("settling the image's /dev"))? {
             tracing::warn!(container = %record.id, image = %image.id, "the image's /dev is {what}: replaced by a directory in the container's layer");
         }
-        let spec = container_spec(&ContainerSpec {
+        let cdi_devices = CdiRegistry::requested(&config.cdi_devices, &config.annotations)?;
+        let mut spec = container_spec(&ContainerSpec {
             id: &record.id,
             config: staged.as_ref().unwrap_or(config),
             sandbox: sandbox_config,
@@ -425,6 +432,11 @@ impl ContainerManager {
             oom_score_adj_floor: clamp_oom_score_adj(-1000),
             host: &self.host,
         })?;
+        // Last, as containerd's WithCDI: a vendor's edits win over what the request built.
+        self.cdi.inject(&mut spec, &cdi_devices)?;
+        if !cdi_devices.is_empty() {
+            tracing::info!(container = %record.id, devices = %cdi_devices.join(","), "CDI devices injected");
+        }
         if let Some(user) = spec.process().as_ref().map(|p| p.user()) {
             let mut groups = vec![user.gid()];
             groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
