@@ -16,7 +16,8 @@ use tonic::Code;
 /// Device `null0`: the host's /dev/null at /dev/vendor-null, env, a read-only mount of
 /// `share`, a createRuntime hook (run on the host by the runtime: it keeps the container state
 /// it is given) and a startContainer hook (run in the container). Device `zero0`: the host's
-/// /dev/zero at /dev/vendor-zero. Spec-wide: env.
+/// /dev/zero at /dev/vendor-zero. Device `kmsg0`: the host's /dev/kmsg (1:11, which no container
+/// may open by default) at /dev/vendor-kmsg, write-only. Spec-wide: env.
 fn vendor_spec(work: &Path) -> String {
     format!(
         r#"{{
@@ -40,6 +41,12 @@ fn vendor_spec(work: &Path) -> String {
       "name": "zero0",
       "containerEdits": {{
         "deviceNodes": [ {{ "path": "/dev/vendor-zero", "hostPath": "/dev/zero" }} ]
+      }}
+    }},
+    {{
+      "name": "kmsg0",
+      "containerEdits": {{
+        "deviceNodes": [ {{ "path": "/dev/vendor-kmsg", "hostPath": "/dev/kmsg", "permissions": "w" }} ]
       }}
     }}
   ]
@@ -74,11 +81,17 @@ async fn cdi_devices_get_their_nodes_env_mounts_and_hooks() {
         "uses-devices",
         "stat -c '%F %t:%T' /dev/vendor-null /dev/vendor-zero; echo written > /dev/vendor-null && echo null-writable; \
          head -c 3 /dev/vendor-zero | od -An -tx1; echo env $VENDOR_SPEC $VENDOR_DEVICE; cat /vendor/hello; \
-         touch /vendor/new 2>/dev/null || echo vendor-read-only; cat /tmp/start-hook; sleep 300",
+         touch /vendor/new 2>/dev/null || echo vendor-read-only; \
+         echo scute-cdi-test > /dev/vendor-kmsg && echo kmsg-writable; cat /tmp/start-hook; sleep 300",
     );
-    config.cdi_devices = vec![api::CdiDevice {
-        name: "scute.test/fake=null0".into(),
-    }];
+    config.cdi_devices = vec![
+        api::CdiDevice {
+            name: "scute.test/fake=null0".into(),
+        },
+        api::CdiDevice {
+            name: "scute.test/fake=kmsg0".into(),
+        },
+    ];
     config
         .annotations
         .insert("cdi.k8s.io/scute-test".into(), "scute.test/fake=zero0".into());
@@ -91,25 +104,19 @@ async fn cdi_devices_get_their_nodes_env_mounts_and_hooks() {
     assert!(log.contains("env fake null0"), "{log}");
     assert!(log.contains("from the vendor"), "{log}");
     assert!(log.contains("vendor-read-only"), "{log}");
+    assert!(log.contains("kmsg-writable"), "{log}");
     // The createRuntime hook ran on the host and was handed this container's state.
     let state = std::fs::read_to_string(work.path().join("create-runtime-state")).unwrap();
     assert!(state.contains(&id), "{state}");
 
-    // Its device cgroup allows the injected devices, not /dev/kmsg (1:11) made by hand.
-    let denied = pod
-        .exec(
-            &id,
-            &[
-                "sh",
-                "-c",
-                "mknod /tmp/kmsg c 1 11 && echo scute-cdi-test > /tmp/kmsg && echo allowed",
-            ],
-            10,
-        )
-        .await
-        .unwrap();
-    let out = String::from_utf8_lossy(&denied.stdout).to_string() + &String::from_utf8_lossy(&denied.stderr);
-    assert!(!out.contains("allowed"), "{out}");
+    // The device cgroup rule came with the device: a container without it cannot open 1:11.
+    pod.run(container(
+        "no-devices",
+        "mknod /tmp/kmsg c 1 11 && echo scute-cdi-test > /tmp/kmsg && echo kmsg-allowed; echo done",
+    ))
+    .await;
+    let log = pod.wait_log("no-devices", "done").await;
+    assert!(!log.contains("kmsg-allowed"), "{log}");
 
     pod.remove_all().await;
 }
@@ -150,8 +157,8 @@ async fn unknown_cdi_devices_fail_the_create_naming_them() {
     let (code, stdout, stderr) = common::scute(&["check", "--config", pod.daemon.config_path.to_str().unwrap()]);
     let cdi: Vec<&str> = stdout.lines().filter(|l| l.contains(" cdi ")).collect();
     assert!(
-        cdi.iter()
-            .any(|l| l.contains("fake.json") && l.contains("scute.test/fake=null0, scute.test/fake=zero0")),
+        cdi.iter().any(|l| l.contains("fake.json")
+            && l.contains("scute.test/fake=kmsg0, scute.test/fake=null0, scute.test/fake=zero0")),
         "exit {code}\n{stdout}\n{stderr}"
     );
     pod.remove_all().await;
