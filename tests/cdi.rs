@@ -14,10 +14,10 @@ use scute::api;
 use tonic::Code;
 
 /// Device `null0`: the host's /dev/null at /dev/vendor-null, env, a read-only mount of
-/// `share`, a createRuntime hook (run on the host by the runtime: it keeps the container state
-/// it is given) and a startContainer hook (run in the container). Device `zero0`: the host's
-/// /dev/zero at /dev/vendor-zero. Device `kmsg0`: the host's /dev/kmsg (1:11, which no container
-/// may open by default) at /dev/vendor-kmsg, write-only. Spec-wide: env.
+/// `share`, createRuntime, poststart and poststop hooks (run on the host by the runtime: each
+/// keeps the container state it is given) and a startContainer hook (run in the container).
+/// Device `zero0`: the host's /dev/zero at /dev/vendor-zero. Device `kmsg0`: the host's /dev/kmsg
+/// (1:11, which no container may open by default) at /dev/vendor-kmsg, write-only. Spec-wide: env.
 fn vendor_spec(work: &Path) -> String {
     format!(
         r#"{{
@@ -33,7 +33,9 @@ fn vendor_spec(work: &Path) -> String {
         "mounts": [ {{ "hostPath": "{share}", "containerPath": "/vendor", "options": ["ro", "bind"] }} ],
         "hooks": [
           {{ "hookName": "createRuntime", "path": "/bin/sh", "args": ["sh", "-c", "cat > {state}"] }},
-          {{ "hookName": "startContainer", "path": "/bin/sh", "args": ["sh", "-c", "echo started > /tmp/start-hook"] }}
+          {{ "hookName": "startContainer", "path": "/bin/sh", "args": ["sh", "-c", "echo started > /tmp/start-hook"] }},
+          {{ "hookName": "poststart", "path": "/bin/sh", "args": ["sh", "-c", "cat > {poststart}"] }},
+          {{ "hookName": "poststop", "path": "/bin/sh", "args": ["sh", "-c", "cat > {poststop}"] }}
         ]
       }}
     }},
@@ -53,6 +55,8 @@ fn vendor_spec(work: &Path) -> String {
 }}"#,
         share = work.join("share").display(),
         state = work.join("create-runtime-state").display(),
+        poststart = work.join("poststart-state").display(),
+        poststop = work.join("poststop-state").display(),
     )
 }
 
@@ -108,6 +112,9 @@ async fn cdi_devices_get_their_nodes_env_mounts_and_hooks() {
     // The createRuntime hook ran on the host and was handed this container's state.
     let state = std::fs::read_to_string(work.path().join("create-runtime-state")).unwrap();
     assert!(state.contains(&id), "{state}");
+    let state = std::fs::read_to_string(work.path().join("poststart-state")).unwrap();
+    assert!(state.contains(&id), "{state}");
+    assert!(!work.path().join("poststop-state").exists());
 
     // The device cgroup rule came with the device: a container without it cannot open 1:11.
     pod.run(container(
@@ -119,6 +126,9 @@ async fn cdi_devices_get_their_nodes_env_mounts_and_hooks() {
     assert!(!log.contains("kmsg-allowed"), "{log}");
 
     pod.remove_all().await;
+    // The poststop hook ran when the container was deleted.
+    let state = std::fs::read_to_string(work.path().join("poststop-state")).unwrap();
+    assert!(state.contains(&id), "{state}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
