@@ -290,3 +290,69 @@ async fn image_symlinks_resolve_inside_the_root_never_on_the_host() {
     assert_eq!(log.matches("from the volume").count(), 2, "{log}");
     pod.remove_all().await;
 }
+
+/// Descriptors the runtime holds must never reach a container (runc CVE-2024-21626): a container
+/// and an exec see only 0–2 (plus the directory `ls` itself opened); a working directory under
+/// /proc (/proc/self/fd/N would put the process on the host through a leaked directory
+/// descriptor) is InvalidArgument; one reaching /proc/self/fd/N through a symlink in the image
+/// never starts a process outside the container's root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_runtime_descriptor_reaches_a_container() {
+    let pod = pod("fds").await;
+    let id = pod
+        .run(container("fds", "ls -l /proc/self/fd; echo listed; sleep 600"))
+        .await;
+    let log = pod.wait_log("fds", "listed").await;
+    let exec = pod.exec(&id, &["ls", "-l", "/proc/self/fd"], 10).await.unwrap();
+    let exec_out = String::from_utf8_lossy(&exec.stdout).to_string();
+    for (who, listing) in [("container", log.as_str()), ("exec", exec_out.as_str())] {
+        let mut fds = Vec::new();
+        for line in listing.lines().filter(|l| l.contains(" -> ")) {
+            let (head, target) = line.split_once(" -> ").unwrap();
+            let fd: u32 = head.split_whitespace().last().unwrap().parse().unwrap();
+            assert!(
+                fd <= 2 || target.starts_with("/proc/"),
+                "{who} holds fd {fd} -> {target}:\n{listing}"
+            );
+            fds.push(fd);
+        }
+        assert!([0, 1, 2].iter().all(|fd| fds.contains(fd)), "{who}: {listing}");
+    }
+
+    for cwd in ["/proc/self/fd/3", "/proc/1/cwd", "/tmp/../proc/self/fd/5", "/proc"] {
+        let mut config = container("cwd-proc", "pwd");
+        config.working_dir = cwd.into();
+        let err = pod.create(config).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{cwd}: {err:?}");
+        assert!(err.message().contains("/proc"), "{cwd}: {}", err.message());
+    }
+
+    // Through symlinks in the image: libcontainer's chdir happens with no directory descriptor
+    // open, so each fails to start (or, were one a directory, runs inside the root).
+    let image = custom_image(pod.registry(), "fd-links", None, |rootfs| {
+        for fd in 3..=12 {
+            std::os::unix::fs::symlink(format!("/proc/self/fd/{fd}"), rootfs.join(format!("fd{fd}"))).unwrap();
+        }
+    });
+    pull(&pod, &image).await;
+    for fd in 3..=12 {
+        let name = format!("cwd-link-{fd}");
+        let mut config = with_image(container(&name, "pwd -P; echo ran"), &image);
+        config.working_dir = format!("/fd{fd}");
+        let Ok(cid) = pod.create(config).await else { continue };
+        let started = pod
+            .daemon
+            .runtime()
+            .await
+            .start_container(api::StartContainerRequest {
+                container_id: cid.clone(),
+            })
+            .await;
+        if started.is_ok() {
+            pod.wait_exited(&cid).await;
+            let log = pod.log(&name);
+            assert!(!log.contains("unreachable"), "/fd{fd} started outside the root:\n{log}");
+        }
+    }
+    pod.remove_all().await;
+}

@@ -233,6 +233,14 @@ pub(super) fn working_dir(config: &api::ContainerConfig, image: &ImageConfig) ->
             "working directory {cwd:?} must be an absolute path"
         )));
     }
+    // /proc/self/fd/N and /proc/<pid>/cwd name whatever the starting process holds: with a
+    // leaked directory descriptor that is the host (runc CVE-2024-21626). No workload works
+    // from /proc; refused plainly rather than left to the runtime's chdir.
+    if super::clean_absolute(cwd).split('/').nth(1) == Some("proc") {
+        return Err(SpecError::Invalid(format!(
+            "working directory {cwd:?} is under /proc: refused (a descriptor path there can name a directory outside the container)"
+        )));
+    }
     Ok(cwd.to_string())
 }
 
