@@ -64,14 +64,21 @@ mirrors=(
 )
 
 install_host_packages() {
-	local missing=() pkg
-	for pkg in mmdebstrap qemu-system-x86 qemu-utils e2fsprogs; do
-		[[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true) == "install ok installed" ]] || missing+=("$pkg")
+	local missing=() pkg round
+	# Twice: a qemu-utils from bookworm-backports (some machine images have one) conflicts with
+	# bookworm's qemu-system-x86, so installing that removes it; the second round puts back
+	# bookworm's qemu-utils (qemu-img).
+	for round in 1 2; do
+		missing=()
+		for pkg in mmdebstrap qemu-system-x86 qemu-utils e2fsprogs; do
+			[[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true) == "install ok installed" ]] || missing+=("$pkg")
+		done
+		((${#missing[@]})) || return 0
+		log "installing ${missing[*]} (round $round)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+			{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
 	done
-	((${#missing[@]})) || return 0
-	log "installing ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
-		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+	command -v qemu-img >/dev/null || die "qemu-img is missing after installing qemu-utils"
 }
 
 image_hash() {
