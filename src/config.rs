@@ -244,9 +244,13 @@ impl Config {
                 return Err(bad("cni.bin_dirs", format!("{:?} is not an absolute path", dir)));
             }
         }
-        for dir in &self.cdi.spec_dirs {
+        for (i, dir) in self.cdi.spec_dirs.iter().enumerate() {
             if !dir.is_absolute() {
                 return Err(bad("cdi.spec_dirs", format!("{:?} is not an absolute path", dir)));
+            }
+            // Listed twice, every device in it would be defined twice at one priority.
+            if self.cdi.spec_dirs[..i].contains(dir) {
+                return Err(bad("cdi.spec_dirs", format!("{:?} is listed twice", dir)));
             }
         }
         for (key, size) in [
@@ -473,6 +477,8 @@ mod tests {
                 "runtime.runtime_handlers",
             ),
             ("[cni]\nbin_dirs = [\"bin\"]", "cni.bin_dirs"),
+            ("[cdi]\nspec_dirs = [\"cdi\"]", "cdi.spec_dirs"),
+            ("[cdi]\nspec_dirs = [\"/etc/cdi\", \"/etc/cdi\"]", "cdi.spec_dirs"),
             (
                 "[image]\nmax_concurrent_downloads = 0",
                 "image.max_concurrent_downloads",

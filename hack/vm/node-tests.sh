@@ -188,7 +188,7 @@ step_kubelet() {
 	wait_no_scute_units
 	# CDI devices through the CRI and from a device plugin through the kubelet: on cgroup v2 the
 	# device rules they bring become libcgroups' eBPF device filter.
-	if [[ -z ${SCUTE_VM_KUBELET_TESTS+set} || -n ${SCUTE_VM_CDI:-} ]]; then
+	if [[ -z ${SCUTE_VM_KUBELET_TESTS+set} || ${SCUTE_VM_CDI:-} == 1 ]]; then
 		log "tests/cdi.rs, systemd driver"
 		SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary cdi)" --test-threads 1
 		wait_no_scute_units

@@ -2,20 +2,24 @@
 //! their setup tools) put in `[cdi] spec_dirs`, and the edits a container asking for their
 //! devices gets.
 //!
-//! Parsing and validating a spec (schema, versions, names) and applying edits to an OCI spec are
-//! the CDI project's crate (`container-device-interface`). The directory scan is written here:
-//! the crate's own scan stops at the first broken file, which hides every valid spec after it,
-//! where the CDI spec (and the Go library containerd and CRI-O use) reports the broken file and
-//! goes on; the crate also re-reads every file on every lookup, where a fingerprint of names,
-//! sizes and modification times tells us whether anything changed.
+//! Validating a spec (schema, versions, names) and applying edits to an OCI spec are the CDI
+//! project's crate (`container-device-interface`). Written here, because the crate's do not fit
+//! a daemon: the directory scan (the crate's stops at the first broken file, hiding every valid
+//! spec after it, where the CDI spec and the Go library containerd and CRI-O use report the file
+//! and go on; and it re-reads every file on every lookup), reading a file (bounded, never
+//! blocking on a FIFO or device), and what is kept of a loaded spec (the crate's `Device` holds a
+//! copy of its whole spec file, so a file of N devices would be held N times).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use container_device_interface as cdi;
 use oci_spec::runtime::Spec;
+use serde::Deserialize;
 
 use crate::config::CdiConfig;
 
@@ -30,20 +34,40 @@ pub const ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 /// in a spec directory is a mistake, not a device.
 const MAX_SPEC_FILE: u64 = 4 << 20;
 
+/// The crate builds every device of a file with a copy of the whole file while validating it:
+/// a file whose devices × bytes pass this is refused before that (a vendor's spec of 8 GPUs and
+/// their MIG slices is well under a megabyte of copies).
+const MAX_EXPANDED: u64 = 64 << 20;
+
+/// A file changed this close to the last scan may have changed again within the same mtime
+/// tick, unseen: it is re-read until it is older (git's "racily clean" rule).
+const RACY: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 pub enum CdiError {
     #[error("CDI devices {0} requested, but CDI is disabled in scute's config ([cdi] enabled = false)")]
     Disabled(String),
     #[error(
-        "unresolvable CDI devices {names}: no CDI spec in {dirs} defines them (a CDI device is named vendor.com/class=name)"
+        "unresolvable CDI devices {names}: no CDI spec in {dirs} defines them{skipped} (a CDI device is named vendor.com/class=name)"
     )]
-    Unresolvable { names: String, dirs: String },
-    #[error("CDI device {name} is ambiguous: it is defined twice at the same priority, in {files}")]
-    Ambiguous { name: String, files: String },
+    Unresolvable {
+        names: String,
+        dirs: String,
+        skipped: String,
+    },
+    #[error("ambiguous CDI devices: {0} (each is defined twice at the same priority)")]
+    Ambiguous(String),
     #[error(
         "annotation {key:?} does not name CDI devices: {value:?} (a comma-separated list of vendor.com/class=name)"
     )]
     Annotation { key: String, value: String },
+    /// In a pod with a user namespace libcontainer cannot make device nodes: it bind-mounts the
+    /// host's node at the container path, which for a node the spec renames is another device,
+    /// or none.
+    #[error(
+        "CDI device {name} puts host device nodes at other paths ({paths}), which a pod with a user namespace cannot have: libcontainer binds the host's node at the container's path"
+    )]
+    UserNamespace { name: String, paths: String },
     /// The spec's edits cannot be made on this host (a device node whose host path is missing or
     /// is no device, an edit that conflicts with the container's spec).
     #[error("applying CDI devices {names}: {message}")]
@@ -62,15 +86,41 @@ pub struct SpecFile {
     pub error: Option<String>,
 }
 
+/// A spec file's part every device of it shares.
+struct LoadedFile {
+    path: String,
+    /// Spec-wide edits, applied once per container whichever of its devices it asks for.
+    edits: Option<cdi::container_edits::ContainerEdits>,
+    /// Container paths of spec-wide device nodes whose host path differs.
+    renamed: Vec<String>,
+}
+
+/// What `inject` needs of one device.
+struct Known {
+    edits: cdi::container_edits::ContainerEdits,
+    /// Container paths of its device nodes whose host path differs.
+    renamed: Vec<String>,
+    file: Arc<LoadedFile>,
+}
+
+/// The identity of a candidate file: changed when any of these does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    path: PathBuf,
+    size: u64,
+    inode: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
 /// What a scan of the spec directories found: every file (loaded or broken), the devices by
 /// qualified name, and the names defined twice at one priority.
 #[derive(Default)]
 struct Scan {
-    /// (path, size, mtime) of every candidate file, in scan order, when scanned: unchanged
-    /// means no re-read.
-    fingerprint: Option<Vec<(PathBuf, u64, Option<SystemTime>)>>,
+    /// The candidate files and when they were read; None before the first scan.
+    fingerprint: Option<(Vec<Stamp>, SystemTime)>,
     files: Vec<SpecFile>,
-    devices: BTreeMap<String, cdi::device::Device>,
+    devices: BTreeMap<String, Known>,
     /// Name → the files defining it at the same priority.
     ambiguous: BTreeMap<String, BTreeSet<String>>,
 }
@@ -148,8 +198,9 @@ impl CdiRegistry {
     }
 
     /// Applies the edits of `names` (spec-wide edits once per spec, then each device's) to
-    /// `spec`. Every name must resolve to exactly one device: nothing is ever dropped.
-    pub fn inject(&self, spec: &mut Spec, names: &[String]) -> Result<(), CdiError> {
+    /// `spec`. Every name must resolve to exactly one device: nothing is ever dropped. `userns`:
+    /// the pod has a user namespace.
+    pub fn inject(&self, spec: &mut Spec, names: &[String], userns: bool) -> Result<(), CdiError> {
         if names.is_empty() {
             return Ok(());
         }
@@ -160,19 +211,23 @@ impl CdiRegistry {
         self.refresh(&mut scan);
         let mut devices = Vec::new();
         let mut unresolved = Vec::new();
+        let mut ambiguous = Vec::new();
         for name in names {
             if let Some(files) = scan.ambiguous.get(name) {
-                return Err(CdiError::Ambiguous {
-                    name: name.clone(),
-                    files: files.iter().cloned().collect::<Vec<_>>().join(" and "),
-                });
-            }
-            match scan.devices.get(name) {
-                Some(device) => devices.push(device),
-                None => unresolved.push(format!("{name:?}")),
+                let files: Vec<_> = files.iter().map(String::as_str).collect();
+                ambiguous.push(format!("{name} (in {})", files.join(" and ")));
+            } else {
+                match scan.devices.get(name) {
+                    Some(known) => devices.push((name, known)),
+                    None => unresolved.push(format!("{name:?}")),
+                }
             }
         }
+        if !ambiguous.is_empty() {
+            return Err(CdiError::Ambiguous(ambiguous.join(", ")));
+        }
         if !unresolved.is_empty() {
+            let broken = scan.files.iter().filter(|f| f.error.is_some()).count();
             return Err(CdiError::Unresolvable {
                 names: unresolved.join(", "),
                 dirs: self
@@ -181,51 +236,81 @@ impl CdiRegistry {
                     .map(|d| d.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
+                skipped: if broken > 0 {
+                    format!(" ({broken} broken spec files were skipped: `scute check` lists them)")
+                } else {
+                    String::new()
+                },
             });
+        }
+        if userns {
+            for (name, known) in &devices {
+                let paths: Vec<&str> = known
+                    .renamed
+                    .iter()
+                    .chain(&known.file.renamed)
+                    .map(String::as_str)
+                    .collect();
+                if !paths.is_empty() {
+                    return Err(CdiError::UserNamespace {
+                        name: name.to_string(),
+                        paths: paths.join(", "),
+                    });
+                }
+            }
         }
         let apply_failed = |message: String| CdiError::Apply {
             names: names.join(", "),
             message,
         };
         let mut edits = cdi::container_edits::ContainerEdits::new();
-        let mut specs_seen = HashSet::new();
-        for device in devices {
-            let mut vendor_spec = device.get_spec();
-            if specs_seen.insert(vendor_spec.get_path()) {
-                if let Some(spec_edits) = vendor_spec.edits() {
-                    edits.append(spec_edits).map_err(|e| apply_failed(format!("{e:#}")))?;
+        let mut files_seen = HashSet::new();
+        for (_, known) in devices {
+            if files_seen.insert(known.file.path.clone()) {
+                if let Some(file_edits) = &known.file.edits {
+                    edits
+                        .append(file_edits.clone())
+                        .map_err(|e| apply_failed(format!("{e:#}")))?;
                 }
             }
             edits
-                .append(device.edits())
+                .append(known.edits.clone())
                 .map_err(|e| apply_failed(format!("{e:#}")))?;
         }
-        edits.apply(spec).map_err(|e| apply_failed(format!("{e:#}")))
+        edits.apply(spec).map_err(|e| apply_failed(format!("{e:#}")))?;
+        // The crate appends a variable the spec already has; the first copy would win for
+        // whoever reads the list in order (libcontainer's PATH lookup does): keep one, the last
+        // value, where the first was.
+        if let Some(process) = spec.process_mut() {
+            let env = process.env().clone().unwrap_or_default();
+            process.set_env(Some(collapse_env(env)));
+        }
+        Ok(())
     }
 
     /// Re-reads the spec directories when a file in them was added, removed or changed.
     fn refresh(&self, scan: &mut Scan) {
         let candidates = self.candidates();
-        if scan.fingerprint.as_ref() == Some(&candidates) {
-            return;
+        if let Some((stamps, at)) = &scan.fingerprint {
+            let racy = candidates.iter().any(|c| {
+                let changed = SystemTime::UNIX_EPOCH
+                    + Duration::new(c.ctime.0.max(0) as u64, c.ctime.1.clamp(0, 999_999_999) as u32);
+                changed + RACY > *at
+            });
+            if *stamps == candidates && !racy {
+                return;
+            }
         }
         let mut fresh = Scan {
-            fingerprint: Some(candidates.clone()),
+            fingerprint: Some((candidates.clone(), SystemTime::now())),
             ..Scan::default()
         };
         // Name → (priority, path) of the definition in use.
         let mut owners: BTreeMap<String, (usize, String)> = BTreeMap::new();
-        for (path, size, _) in &candidates {
-            let priority = self.priority_of(path);
-            let loaded = if *size > MAX_SPEC_FILE {
-                Err(format!(
-                    "{size} bytes: larger than any CDI spec ({MAX_SPEC_FILE} bytes at most)"
-                ))
-            } else {
-                cdi::spec::read_spec(path, priority as i32).map_err(|e| format!("{e:#}"))
-            };
-            let vendor_spec = match loaded {
-                Ok(s) => s,
+        for (priority, stamp) in &candidates_with_priority(&self.dirs, &candidates) {
+            let path = &stamp.path;
+            let (kind, devices) = match load(path, *priority) {
+                Ok(loaded) => loaded,
                 Err(error) => {
                     tracing::warn!(file = %path.display(), %error, "CDI spec skipped");
                     fresh.files.push(SpecFile {
@@ -239,12 +324,11 @@ impl CdiRegistry {
             };
             let file = path.display().to_string();
             let mut names = Vec::new();
-            for device in vendor_spec.get_devices().into_values() {
-                let name = device.get_qualified_name();
+            for (name, known) in devices {
                 names.push(name.clone());
                 match owners.get(&name) {
-                    Some((p, _)) if *p > priority => continue,
-                    Some((p, other)) if *p == priority => {
+                    Some((p, _)) if *p > *priority => continue,
+                    Some((p, other)) if *p == *priority => {
                         let files = fresh.ambiguous.entry(name.clone()).or_default();
                         files.insert(other.clone());
                         files.insert(file.clone());
@@ -254,12 +338,12 @@ impl CdiRegistry {
                 }
                 // A later directory overrides the same name, and clears an ambiguity below it.
                 fresh.ambiguous.remove(&name);
-                owners.insert(name.clone(), (priority, file.clone()));
-                fresh.devices.insert(name, device);
+                owners.insert(name.clone(), (*priority, file.clone()));
+                fresh.devices.insert(name, known);
             }
             fresh.files.push(SpecFile {
                 path: path.clone(),
-                kind: Some(format!("{}/{}", vendor_spec.get_vendor(), vendor_spec.get_class())),
+                kind: Some(kind),
                 devices: names,
                 error: None,
             });
@@ -277,17 +361,9 @@ impl CdiRegistry {
         *scan = fresh;
     }
 
-    /// Index of the spec directory holding `path` (later directories win).
-    fn priority_of(&self, path: &Path) -> usize {
-        self.dirs
-            .iter()
-            .rposition(|d| path.parent() == Some(d.as_path()))
-            .unwrap_or(0)
-    }
-
-    /// The `.json` and `.yaml` files directly in the spec directories (as the CDI spec says:
-    /// sub-directories are not scanned), with their size and modification time.
-    fn candidates(&self) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    /// The `.json` and `.yaml` regular files directly in the spec directories (as the CDI spec
+    /// says: sub-directories are not scanned), in directory order then by name.
+    fn candidates(&self) -> Vec<Stamp> {
         let mut out = Vec::new();
         for dir in &self.dirs {
             let Ok(entries) = std::fs::read_dir(dir) else { continue };
@@ -295,14 +371,160 @@ impl CdiRegistry {
                 .flatten()
                 .map(|e| e.path())
                 .filter(|p| cdi::utils::is_cdi_spec(p))
-                .filter_map(|p| {
-                    let md = std::fs::metadata(&p).ok().filter(|m| m.is_file())?;
-                    Some((p, md.len(), md.modified().ok()))
+                .filter_map(|path| {
+                    let md = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
+                    Some(Stamp {
+                        size: md.len(),
+                        inode: md.ino(),
+                        mtime: (md.mtime(), md.mtime_nsec()),
+                        ctime: (md.ctime(), md.ctime_nsec()),
+                        path,
+                    })
                 })
                 .collect();
-            files.sort();
+            files.sort_by(|a, b| a.path.cmp(&b.path));
             out.extend(files);
         }
         out
     }
+}
+
+/// Each candidate with the index of its directory (later directories win).
+fn candidates_with_priority(dirs: &[PathBuf], candidates: &[Stamp]) -> Vec<(usize, Stamp)> {
+    candidates
+        .iter()
+        .map(|c| {
+            let priority = dirs
+                .iter()
+                .rposition(|d| c.path.parent() == Some(d.as_path()))
+                .unwrap_or(0);
+            (priority, c.clone())
+        })
+        .collect()
+}
+
+/// The shape of a spec file, read before the crate builds it: how many devices, and which
+/// device nodes have a host path of their own.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Shape {
+    devices: Vec<ShapeDevice>,
+    #[serde(rename = "containerEdits")]
+    container_edits: ShapeEdits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ShapeDevice {
+    name: String,
+    #[serde(rename = "containerEdits")]
+    container_edits: ShapeEdits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ShapeEdits {
+    #[serde(rename = "deviceNodes")]
+    device_nodes: Vec<ShapeNode>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ShapeNode {
+    path: String,
+    #[serde(rename = "hostPath")]
+    host_path: Option<String>,
+}
+
+impl ShapeEdits {
+    fn renamed(&self) -> Vec<String> {
+        self.device_nodes
+            .iter()
+            .filter(|n| n.host_path.as_ref().is_some_and(|h| *h != n.path))
+            .map(|n| n.path.clone())
+            .collect()
+    }
+}
+
+/// Reads, validates (the crate) and keeps what `inject` needs of one spec file: its
+/// `vendor/class` and its devices by qualified name.
+fn load(path: &Path, priority: usize) -> Result<(String, Vec<(String, Known)>), String> {
+    let bytes = read_bounded(path)?;
+    // YAML is a superset of JSON: both kinds of file parse here, as in the crate.
+    let shape: Shape = serde_yaml::from_slice(&bytes).map_err(|e| format!("not a CDI spec: {e}"))?;
+    let expanded = (shape.devices.len() as u64).saturating_mul(bytes.len() as u64);
+    if expanded > MAX_EXPANDED {
+        return Err(format!(
+            "{} devices in {} bytes: too large to load ({} devices × bytes at most)",
+            shape.devices.len(),
+            bytes.len(),
+            MAX_EXPANDED
+        ));
+    }
+    let raw: cdi::specs::config::Spec = serde_yaml::from_slice(&bytes).map_err(|e| format!("not a CDI spec: {e}"))?;
+    let mut spec = cdi::spec::new_spec(&raw, &path.to_path_buf(), priority as i32).map_err(|e| format!("{e:#}"))?;
+    let kind = format!("{}/{}", spec.get_vendor(), spec.get_class());
+    let file = Arc::new(LoadedFile {
+        path: path.display().to_string(),
+        edits: spec.edits(),
+        renamed: shape.container_edits.renamed(),
+    });
+    let renamed: BTreeMap<&str, Vec<String>> = shape
+        .devices
+        .iter()
+        .map(|d| (d.name.as_str(), d.container_edits.renamed()))
+        .collect();
+    let devices = std::mem::take(&mut spec.devices)
+        .into_iter()
+        .map(|(name, device)| {
+            let known = Known {
+                edits: device.edits(),
+                renamed: renamed.get(name.as_str()).cloned().unwrap_or_default(),
+                file: file.clone(),
+            };
+            (device.get_qualified_name(), known)
+        })
+        .collect();
+    Ok((kind, devices))
+}
+
+/// The file's bytes, at most `MAX_SPEC_FILE`: opened without blocking (a FIFO named *.json
+/// must not hang the daemon) and checked to be a regular file once open.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let md = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !md.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SPEC_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_SPEC_FILE {
+        return Err(format!("larger than any CDI spec ({MAX_SPEC_FILE} bytes at most)"));
+    }
+    Ok(bytes)
+}
+
+/// One entry per variable, the last value at the first one's place; entries without `=` kept.
+fn collapse_env(env: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(env.len());
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for entry in env {
+        match entry.split_once('=').map(|(k, _)| k.to_string()) {
+            Some(key) => match index.get(&key) {
+                Some(&i) => out[i] = entry,
+                None => {
+                    index.insert(key, out.len());
+                    out.push(entry);
+                }
+            },
+            None => out.push(entry),
+        }
+    }
+    out
 }

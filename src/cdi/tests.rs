@@ -64,7 +64,7 @@ fn devices_get_exactly_their_edits() {
     .unwrap();
     let reg = registry(&[dir.path()]);
     let mut spec = Spec::default();
-    reg.inject(&mut spec, &["scute.test/fake=null0".into()]).unwrap();
+    reg.inject(&mut spec, &["scute.test/fake=null0".into()], false).unwrap();
 
     let env = env_of(&spec);
     assert!(env.contains(&"FAKE_VENDOR=a".to_string()), "{env:?}");
@@ -114,6 +114,7 @@ fn two_devices_of_one_spec_get_its_spec_wide_edits_once() {
     reg.inject(
         &mut spec,
         &["scute.test/fake=null0".into(), "scute.test/fake=zero0".into()],
+        false,
     )
     .unwrap();
     let env = env_of(&spec);
@@ -149,6 +150,7 @@ fn unknown_devices_are_named_and_nothing_is_applied() {
                 "scute.test/fake=gpu9".into(),
                 "nonsense".into(),
             ],
+            false,
         )
         .unwrap_err();
     assert!(matches!(err, CdiError::Unresolvable { .. }), "{err}");
@@ -181,7 +183,7 @@ fn a_broken_file_is_reported_and_the_others_still_count() {
     assert!(files[0].error.is_some() && files[0].path.ends_with("a-broken.yaml"));
     assert_eq!(files[1].kind.as_deref(), Some("scute.test/fake"));
     assert_eq!(files[1].devices, vec!["scute.test/fake=null0", "scute.test/fake=zero0"]);
-    reg.inject(&mut Spec::default(), &["scute.test/fake=zero0".into()])
+    reg.inject(&mut Spec::default(), &["scute.test/fake=zero0".into()], false)
         .unwrap();
 }
 
@@ -201,7 +203,7 @@ fn a_later_directory_overrides_and_one_directory_twice_is_ambiguous() {
     .unwrap();
     let reg = registry(&[low.path(), high.path()]);
     let mut spec = Spec::default();
-    reg.inject(&mut spec, &["scute.test/fake=null0".into()]).unwrap();
+    reg.inject(&mut spec, &["scute.test/fake=null0".into()], false).unwrap();
     assert!(env_of(&spec).contains(&"FAKE_VENDOR=high".to_string()));
 
     // The same device twice in the higher directory: neither definition is used.
@@ -211,9 +213,9 @@ fn a_later_directory_overrides_and_one_directory_twice_is_ambiguous() {
     )
     .unwrap();
     let err = reg
-        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()])
+        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()], false)
         .unwrap_err();
-    assert!(matches!(err, CdiError::Ambiguous { .. }), "{err}");
+    assert!(matches!(err, CdiError::Ambiguous(_)), "{err}");
     assert!(err.to_string().contains("fake2.yaml"), "{err}");
     assert_eq!(reg.ambiguous().len(), 2, "null0 and zero0");
 }
@@ -223,20 +225,20 @@ fn specs_are_re_read_when_they_change() {
     let dir = tempfile::tempdir().unwrap();
     let reg = registry(&[dir.path()]);
     assert!(reg
-        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()])
+        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()], false)
         .is_err());
     let file = dir.path().join("fake.yaml");
     std::fs::write(&file, vendor_spec("scute.test/fake", "first", dir.path())).unwrap();
     let mut spec = Spec::default();
-    reg.inject(&mut spec, &["scute.test/fake=null0".into()]).unwrap();
+    reg.inject(&mut spec, &["scute.test/fake=null0".into()], false).unwrap();
     assert!(env_of(&spec).contains(&"FAKE_VENDOR=first".to_string()));
     std::fs::write(&file, vendor_spec("scute.test/fake", "second", dir.path())).unwrap();
     let mut spec = Spec::default();
-    reg.inject(&mut spec, &["scute.test/fake=null0".into()]).unwrap();
+    reg.inject(&mut spec, &["scute.test/fake=null0".into()], false).unwrap();
     assert!(env_of(&spec).contains(&"FAKE_VENDOR=second".to_string()));
     std::fs::remove_file(&file).unwrap();
     assert!(reg
-        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()])
+        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()], false)
         .is_err());
 }
 
@@ -249,7 +251,7 @@ fn a_device_node_whose_host_path_is_missing_fails_the_apply() {
     )
     .unwrap();
     let err = registry(&[dir.path()])
-        .inject(&mut Spec::default(), &["scute.test/gone=g".into()])
+        .inject(&mut Spec::default(), &["scute.test/gone=g".into()], false)
         .unwrap_err();
     assert!(matches!(err, CdiError::Apply { .. }), "{err}");
 }
@@ -260,8 +262,10 @@ fn disabled_refuses_rather_than_drops() {
         enabled: false,
         spec_dirs: Vec::new(),
     });
-    reg.inject(&mut Spec::default(), &[]).unwrap();
-    let err = reg.inject(&mut Spec::default(), &["a.com/b=c".into()]).unwrap_err();
+    reg.inject(&mut Spec::default(), &[], false).unwrap();
+    let err = reg
+        .inject(&mut Spec::default(), &["a.com/b=c".into()], false)
+        .unwrap_err();
     assert!(matches!(err, CdiError::Disabled(_)), "{err}");
 }
 
@@ -284,4 +288,94 @@ fn requests_come_from_the_field_then_the_annotations() {
         CdiRegistry::requested(&[], &bad),
         Err(CdiError::Annotation { .. })
     ));
+}
+
+#[test]
+fn a_same_size_rewrite_is_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fake.yaml");
+    std::fs::write(&file, vendor_spec("scute.test/fake", "aaaa", dir.path())).unwrap();
+    let reg = registry(&[dir.path()]);
+    let mut spec = Spec::default();
+    reg.inject(&mut spec, &["scute.test/fake=null0".into()], false).unwrap();
+    assert!(env_of(&spec).contains(&"FAKE_VENDOR=aaaa".to_string()));
+    // Same size, at once (within the file system's timestamp tick).
+    std::fs::write(&file, vendor_spec("scute.test/fake", "bbbb", dir.path())).unwrap();
+    let mut spec = Spec::default();
+    reg.inject(&mut spec, &["scute.test/fake=null0".into()], false).unwrap();
+    assert!(env_of(&spec).contains(&"FAKE_VENDOR=bbbb".to_string()));
+}
+
+#[test]
+fn a_variable_the_spec_has_is_replaced_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("path.yaml"),
+        "cdiVersion: \"0.6.0\"\nkind: scute.test/path\ndevices:\n  - name: p\n    containerEdits:\n      env: [PATH=/vendor/bin:/usr/bin]\n",
+    )
+    .unwrap();
+    let mut spec = Spec::default();
+    let mut process = spec.process().clone().unwrap();
+    process.set_env(Some(vec!["PATH=/usr/bin".into(), "HOSTNAME=x".into()]));
+    spec.set_process(Some(process));
+    registry(&[dir.path()])
+        .inject(&mut spec, &["scute.test/path=p".into()], false)
+        .unwrap();
+    assert_eq!(env_of(&spec), vec!["PATH=/vendor/bin:/usr/bin", "HOSTNAME=x"]);
+}
+
+#[test]
+fn renamed_nodes_are_refused_in_a_user_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("fake.yaml"),
+        vendor_spec("scute.test/fake", "a", dir.path()),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("same.yaml"),
+        "cdiVersion: \"0.6.0\"\nkind: scute.test/same\ndevices:\n  - name: n\n    containerEdits:\n      deviceNodes: [{path: /dev/null, hostPath: /dev/null}]\n",
+    )
+    .unwrap();
+    let reg = registry(&[dir.path()]);
+    let err = reg
+        .inject(&mut Spec::default(), &["scute.test/fake=null0".into()], true)
+        .unwrap_err();
+    assert!(matches!(err, CdiError::UserNamespace { .. }), "{err}");
+    assert!(err.to_string().contains("/dev/fake-null"), "{err}");
+    reg.inject(&mut Spec::default(), &["scute.test/same=n".into()], true)
+        .unwrap();
+    reg.inject(&mut Spec::default(), &["scute.test/fake=null0".into()], false)
+        .unwrap();
+}
+
+#[test]
+fn files_too_big_to_load_and_fifos_are_skipped_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // 5000 devices in ~400 KB: 2 GB of copies in the crate; refused before it.
+    let mut many = String::from("cdiVersion: \"0.6.0\"\nkind: scute.test/many\ndevices:\n");
+    for i in 0..5000 {
+        many.push_str(&format!("  - name: d{i}\n    containerEdits:\n      env: [N={i}]\n"));
+    }
+    std::fs::write(dir.path().join("many.yaml"), many).unwrap();
+    nix::unistd::mkfifo(
+        &dir.path().join("fifo.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("fake.yaml"),
+        vendor_spec("scute.test/fake", "a", dir.path()),
+    )
+    .unwrap();
+    let reg = registry(&[dir.path()]);
+    let files = reg.files();
+    let many = files.iter().find(|f| f.path.ends_with("many.yaml")).unwrap();
+    assert!(
+        many.error.as_deref().unwrap_or_default().contains("too large"),
+        "{many:?}"
+    );
+    assert!(!files.iter().any(|f| f.path.ends_with("fifo.json")), "{files:?}");
+    reg.inject(&mut Spec::default(), &["scute.test/fake=null0".into()], false)
+        .unwrap();
 }

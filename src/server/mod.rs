@@ -210,12 +210,10 @@ fn spec_code(e: &SpecError) -> Code {
 
 fn cdi_code(e: &CdiError) -> Code {
     match e {
-        CdiError::Disabled(_)
-        | CdiError::Unresolvable { .. }
-        | CdiError::Ambiguous { .. }
-        | CdiError::Annotation { .. } => Code::InvalidArgument,
-        // The vendor's spec cannot be applied on this host (a device it names is missing).
-        CdiError::Apply { .. } => Code::FailedPrecondition,
+        CdiError::Unresolvable { .. } | CdiError::Ambiguous(_) | CdiError::Annotation { .. } => Code::InvalidArgument,
+        // The node cannot give what was asked: CDI off, a spec that cannot be applied here (a
+        // device it names is missing), a renamed node in a user-namespaced pod.
+        CdiError::Disabled(_) | CdiError::Apply { .. } | CdiError::UserNamespace { .. } => Code::FailedPrecondition,
     }
 }
 

@@ -162,6 +162,8 @@ impl Node {
             }
         }
         node.write_config(config);
+        // A socket an earlier kubelet left would pass for this one's until it replaced it.
+        let _ = std::fs::remove_file(Path::new(DEVICE_PLUGINS_DIR).join("kubelet.sock"));
         node.spawn_kubelet();
         Some(node)
     }

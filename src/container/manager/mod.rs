@@ -72,6 +72,30 @@ pub enum ContainerError {
     },
 }
 
+/// Ids a CDI spec brought (additional groups, device node owners) pass the checks the
+/// request's own ids pass (never (uid_t)-1, mapped in a user-namespaced pod).
+fn check_cdi_ids(
+    spec: &oci_spec::runtime::Spec,
+    userns: Option<&crate::oci::userns::PodUserNs>,
+) -> Result<(), SpecError> {
+    use crate::oci::user::{check_id, Kind};
+    let gids = spec.process().as_ref().and_then(|p| p.user().additional_gids().clone());
+    for gid in gids.unwrap_or_default() {
+        check_id(gid, Kind::Gid, "CDI additional group", userns)?;
+    }
+    let devices = spec.linux().as_ref().and_then(|l| l.devices().clone());
+    for device in devices.unwrap_or_default() {
+        let what = format!("CDI device node {}", device.path().display());
+        if let Some(uid) = device.uid() {
+            check_id(uid, Kind::Uid, &what, userns)?;
+        }
+        if let Some(gid) = device.gid() {
+            check_id(gid, Kind::Gid, &what, userns)?;
+        }
+    }
+    Ok(())
+}
+
 fn failed(what: &str) -> impl FnOnce(std::io::Error) -> ContainerError + '_ {
     move |source| ContainerError::Io {
         what: what.to_string(),
@@ -433,8 +457,9 @@ impl ContainerManager {
             host: &self.host,
         })?;
         // Last, as containerd's WithCDI: a vendor's edits win over what the request built.
-        self.cdi.inject(&mut spec, &cdi_devices)?;
         if !cdi_devices.is_empty() {
+            self.cdi.inject(&mut spec, &cdi_devices, userns.is_some())?;
+            check_cdi_ids(&spec, userns.as_ref())?;
             tracing::info!(container = %record.id, devices = %cdi_devices.join(","), "CDI devices injected");
         }
         if let Some(user) = spec.process().as_ref().map(|p| p.user()) {
