@@ -356,7 +356,7 @@ fn assert_refused(result: Result<String, tonic::Status>, image: &str, names: &[&
 /// registry sent and that the registry got little of its body out, then that the pull was
 /// refused naming `names`.
 async fn refused_bounded(daemon: &Daemon, registry: &Hostile, image: &str, names: &[&str]) {
-    let before = peak_kib(daemon);
+    let before = daemon.peak_rss_kib();
     let result = pull(daemon, image).await;
     let sent = registry.sent().await;
     assert_bounded(daemon, before, image);
@@ -368,18 +368,8 @@ async fn refused_bounded(daemon: &Daemon, registry: &Hostile, image: &str, names
     assert_refused(result, image, names);
 }
 
-/// The daemon's peak resident memory (VmHWM), KiB.
-fn peak_kib(daemon: &Daemon) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status")
-}
-
 fn assert_bounded(daemon: &Daemon, before_kib: u64, what: &str) {
-    let growth = peak_kib(daemon).saturating_sub(before_kib);
+    let growth = daemon.peak_rss_kib().saturating_sub(before_kib);
     eprintln!("{what}: daemon peak RSS {} -> +{} KiB", before_kib, growth);
     assert!(
         growth < MAX_GROWTH_KIB,

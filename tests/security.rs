@@ -356,3 +356,39 @@ async fn no_runtime_descriptor_reaches_a_container() {
     }
     pod.remove_all().await;
 }
+
+/// ExecSync is what the kubelet's exec probes use: a command that leaves a background child
+/// holding its stdout, or one that never stops writing, still answers by its timeout (a probe
+/// that never returns wedges the pod's worker), the endless output capped as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_sync_ends_by_its_timeout_whatever_the_command_leaves_behind() {
+    let pod = pod("exec-bg").await;
+    let id = pod.run(container("main", "sleep 600")).await;
+
+    // The command exits at once; its child keeps stdout open for ten minutes.
+    let started = std::time::Instant::now();
+    let reply = pod
+        .exec(&id, &["sh", "-c", "sleep 600 & echo started; exit 5"], 3)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!((reply.stdout.as_slice(), reply.exit_code), (&b"started\n"[..], 5));
+    assert!(took < std::time::Duration::from_secs(10), "answered after {took:?}");
+
+    // Output that never ends: killed at the timeout, DeadlineExceeded (which the kubelet turns
+    // into a probe timeout), the daemon's memory unmoved by what was written.
+    let before = pod.daemon.peak_rss_kib();
+    let started = std::time::Instant::now();
+    let err = pod.exec(&id, &["sh", "-c", "yes scute"], 2).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(took < std::time::Duration::from_secs(10), "answered after {took:?}");
+    let grew = pod.daemon.peak_rss_kib().saturating_sub(before);
+    eprintln!("figure: an endless ExecSync writer grew the daemon's peak RSS by {grew} KiB");
+    assert!(grew < 32 << 10, "the daemon's peak RSS grew by {grew} KiB");
+
+    // The container is unharmed and the next exec is quick.
+    let reply = pod.exec(&id, &["echo", "ok"], 5).await.unwrap();
+    assert_eq!((reply.stdout.as_slice(), reply.exit_code), (&b"ok\n"[..], 0));
+    pod.remove_all().await;
+}

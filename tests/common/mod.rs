@@ -102,6 +102,16 @@ impl Daemon {
         Pid::from_raw(self.child.as_ref().expect("daemon running").id() as i32)
     }
 
+    /// The daemon's peak resident memory (VmHWM), KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
+    }
+
     fn spawn(&mut self) {
         ensure_shim_built();
         let log = std::fs::OpenOptions::new()
