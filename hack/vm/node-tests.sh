@@ -186,15 +186,11 @@ step_kubelet() {
 	# shellcheck disable=SC2086 # test name filters
 	SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary kubelet)" --test-threads 1 $tests
 	wait_no_scute_units
-	# CDI devices through the CRI and from a device plugin through the kubelet, on request only:
-	# with the systemd driver libcgroups 0.7 applies no device rules at all (its systemd manager
-	# sets no DeviceAllow and attaches no eBPF filter), so the test's check that a container
-	# without a device cannot open it fails here. That gap is every container's, not CDI's.
-	if [[ ${SCUTE_VM_CDI:-} == 1 ]]; then
-		log "tests/cdi.rs, systemd driver"
-		SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary cdi)" --test-threads 1
-		wait_no_scute_units
-	fi
+	# CDI devices through the CRI and from a device plugin through the kubelet; a container
+	# without a device cannot open it (the shim's device filter on the container's scope).
+	log "tests/cdi.rs, systemd driver"
+	SCUTE_TEST_CGROUP_DRIVER=systemd "$(test_binary cdi)" --test-threads 1
+	wait_no_scute_units
 }
 
 step_integration() {

@@ -1,28 +1,40 @@
-//! SIGKILL for a whole container on cgroup v2: one write of `1` to its cgroup's `cgroup.kill`
-//! (Linux 5.14+) kills every process in it at once, with no window for a fork to escape and
-//! without the freeze-list-signal-thaw round libcontainer does for any signal.
+//! A container's own cgroup on a pure cgroup v2 host, and SIGKILL for a whole container through
+//! it: one write of `1` to its `cgroup.kill` (Linux 5.14+) kills every process in it at once, with
+//! no window for a fork to escape and without the freeze-list-signal-thaw round libcontainer does
+//! for any signal.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// The `cgroup.kill` file of container `id`, whose init is `pid`: only on a pure cgroup v2 host
+/// The cgroup directory of container `id`, whose init is `pid`: only on a pure cgroup v2 host
 /// (on a hybrid one the unified hierarchy holds the shim's cgroup, not the container's) and only
 /// when the cgroup is the container's own (`scute-<id>` or `scute-<id>.scope`).
-pub fn kill_file(id: &str, pid: i32) -> Option<PathBuf> {
-    if !scute_sys::cgroupfs::is_cgroup2(std::path::Path::new("/sys/fs/cgroup")) {
+pub fn own_dir(id: &str, pid: i32) -> Option<PathBuf> {
+    dir_named(pid, &[format!("scute-{id}"), format!("scute-{id}.scope")])
+}
+
+/// The unified cgroup directory `pid` is in, on a pure cgroup v2 host, if its last component is
+/// one of `names`.
+pub fn dir_named(pid: i32, names: &[String]) -> Option<PathBuf> {
+    if !scute_sys::cgroupfs::is_cgroup2(Path::new("/sys/fs/cgroup")) {
         return None;
     }
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let path = own_cgroup(&cgroup, id)?;
-    let file = PathBuf::from(format!("/sys/fs/cgroup{path}/cgroup.kill"));
+    let path = named_cgroup(&cgroup, names)?;
+    let dir = PathBuf::from(format!("/sys/fs/cgroup{path}"));
+    dir.is_dir().then_some(dir)
+}
+
+/// The `cgroup.kill` file of container `id`, whose init is `pid` (see [`own_dir`]).
+pub fn kill_file(id: &str, pid: i32) -> Option<PathBuf> {
+    let file = own_dir(id, pid)?.join("cgroup.kill");
     file.is_file().then_some(file)
 }
 
-/// The unified cgroup path in /proc/<pid>/cgroup text, if it is container `id`'s own.
-fn own_cgroup<'a>(proc_cgroup: &'a str, id: &str) -> Option<&'a str> {
+/// The unified cgroup path in /proc/<pid>/cgroup text, if its last component is one of `names`.
+fn named_cgroup<'a>(proc_cgroup: &'a str, names: &[String]) -> Option<&'a str> {
     let path = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let last = path.rsplit('/').next()?;
-    let own = [format!("scute-{id}"), format!("scute-{id}.scope")];
-    own.iter().any(|o| o == last).then_some(path)
+    names.iter().any(|n| n == last).then_some(path)
 }
 
 #[cfg(test)]
@@ -31,6 +43,7 @@ mod tests {
 
     #[test]
     fn only_the_containers_own_cgroup_is_killed() {
+        let own_cgroup = |text, id| named_cgroup(text, &[format!("scute-{id}"), format!("scute-{id}.scope")]);
         assert_eq!(
             own_cgroup("0::/system.slice/scute-c1.scope\n", "c1"),
             Some("/system.slice/scute-c1.scope")

@@ -10,8 +10,9 @@
 //! Shutdown. It is single-threaded: one poll loop (see server.rs), no async runtime.
 
 mod api_error;
-mod cgroup_kill;
+mod cgroup_v2;
 mod containers;
+mod devices;
 mod exec;
 mod exits;
 mod frame;

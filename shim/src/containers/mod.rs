@@ -337,6 +337,16 @@ impl Containers {
                 let _ = container.delete(true);
                 return Err(ApiError::internal(format!("container {id}: libcontainer gave no pid")));
             };
+            // Before any of its processes runs user code (init waits for start, execs need it
+            // created).
+            if systemd {
+                if let Err(e) = crate::devices::confine_in_scope(id, pid.as_raw(), bundle) {
+                    let _ = container.delete(true);
+                    return Err(ApiError::internal(format!(
+                        "container {id}: confining its devices: {e}"
+                    )));
+                }
+            }
             Ok(pid.as_raw())
         });
         let pid = match pid {
@@ -515,7 +525,7 @@ impl Containers {
         let stopped = matches!(entry.status, Status::Stopped(_));
         entry.sigkill_sent |= sig == libc::SIGKILL;
         if all && sig == libc::SIGKILL && !stopped {
-            if let Some(file) = crate::cgroup_kill::kill_file(id, entry.pid) {
+            if let Some(file) = crate::cgroup_v2::kill_file(id, entry.pid) {
                 match std::fs::write(&file, "1") {
                     Ok(()) => return Ok(()),
                     Err(e) => {
