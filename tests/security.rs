@@ -392,3 +392,67 @@ async fn exec_sync_ends_by_its_timeout_whatever_the_command_leaves_behind() {
     assert_eq!((reply.stdout.as_slice(), reply.exit_code), (&b"ok\n"[..], 0));
     pod.remove_all().await;
 }
+
+/// Annotations a pod or container carries cannot stand in for scute's own keys or change what it
+/// does (CRI-O CVE-2024-3154: an annotation became a systemd property of the container's scope):
+/// the bundles' `io.kubernetes.cri.*` keys are scute's whatever the request said, and keys other
+/// runtimes act on (`org.systemd.property.*`, `run.oci.*`) are plain annotations that change
+/// nothing (the container stays confined to its devices). Only `cdi.k8s.io/` keys have an effect
+/// (tests/cdi.rs), as the README says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_neither_forge_scutes_keys_nor_change_what_it_does() {
+    let forged = |extra: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+        [
+            ("io.kubernetes.cri.sandbox-id", "forged"),
+            ("io.kubernetes.cri.sandbox-name", "forged"),
+            ("io.kubernetes.cri.sandbox-uid", "forged"),
+            ("org.systemd.property.DevicePolicy", "auto"),
+            ("org.systemd.property.DeviceAllow", "char-* rwm"),
+            ("run.oci.keep_original_groups", "1"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    let pod = common::pod::pod_edited("annotated", None, "", "", |c| {
+        c.annotations = forged(&[("io.kubernetes.cri.container-type", "container")]);
+    })
+    .await;
+    let mut c = container(
+        "main",
+        "mknod /tmp/kmsg c 1 11 && echo mknod-ok && echo x > /tmp/kmsg && echo kmsg-open; sleep 600",
+    );
+    c.annotations = forged(&[
+        ("io.kubernetes.cri.container-type", "sandbox"),
+        ("io.kubernetes.cri.container-name", "forged"),
+        ("io.kubernetes.cri.image-name", "forged"),
+    ]);
+    let id = pod.run(c).await;
+
+    let annotations = |bundle: PathBuf| -> serde_json::Value {
+        let spec: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
+        spec["annotations"].clone()
+    };
+    let root = &pod.daemon.root;
+    let sandbox = annotations(root.join("sandboxes").join(&pod.id).join("bundle"));
+    assert_eq!(sandbox["io.kubernetes.cri.container-type"], "sandbox", "{sandbox:#}");
+    assert_eq!(sandbox["io.kubernetes.cri.sandbox-id"], pod.id.as_str(), "{sandbox:#}");
+    let ctr = annotations(root.join("containers").join(&id).join("bundle"));
+    for (key, want) in [
+        ("io.kubernetes.cri.container-type", "container"),
+        ("io.kubernetes.cri.sandbox-id", pod.id.as_str()),
+        ("io.kubernetes.cri.sandbox-name", "annotated"),
+        ("io.kubernetes.cri.container-name", "main"),
+        ("io.kubernetes.cri.image-name", common::pod::BUSYBOX),
+    ] {
+        assert_eq!(ctr[key], want, "{key}: {ctr:#}");
+    }
+    // Passed through, without effect.
+    assert_eq!(ctr["org.systemd.property.DevicePolicy"], "auto");
+    let log = pod.wait_log("main", "Operation not permitted").await;
+    assert!(log.contains("mknod-ok") && !log.contains("kmsg-open"), "{log}");
+    assert_eq!(pod.status(&id).await.state(), api::ContainerState::ContainerRunning);
+    pod.remove_all().await;
+}
