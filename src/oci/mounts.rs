@@ -273,6 +273,15 @@ pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
         )));
     }
     let destination = clean_absolute(&m.container_path);
+    // A bind over procfs redirects what the runtime writes there while it sets the container up
+    // (sysctls, oom_score_adj, the LSM label) into the bind's source (the runc CVE-2025-52565 /
+    // CVE-2025-52881 class); no workload needs to mount into /proc.
+    if destination == "/proc" || destination.starts_with("/proc/") {
+        return Err(SpecError::Invalid(format!(
+            "mount container_path {:?} is in /proc: refused (a mount there would receive what the runtime writes to procfs)",
+            m.container_path
+        )));
+    }
     // An image volume: the daemon mounted the image's read-only view and put its path (or
     // its sub-path's) in host_path; it is bound read-only, nosuid and nodev, never created.
     let image_volume = m.image.as_ref().is_some_and(|i| !i.image.is_empty());

@@ -182,6 +182,26 @@ fn kubelet_mounts() {
         c.mounts = vec![bad.clone()];
         assert!(matches!(build(&f, &c), Err(SpecError::Invalid(_))), "{bad:?}");
     }
+
+    // Nothing is mounted into procfs, however the path is spelt.
+    for target in ["/proc", "/proc/sys/kernel/core_pattern", "/proc/self/attr/current", "//proc/../proc/sys/"] {
+        c.mounts = vec![api::Mount {
+            container_path: target.into(),
+            host_path: f.root.join("ro").to_str().unwrap().into(),
+            ..Default::default()
+        }];
+        match build(&f, &c) {
+            Err(SpecError::Invalid(m)) => assert!(m.contains("is in /proc"), "{m}"),
+            other => panic!("{target}: {other:?}"),
+        }
+    }
+    // A path that only starts like it is fine.
+    c.mounts = vec![api::Mount {
+        container_path: "/procedures".into(),
+        host_path: f.root.join("ro").to_str().unwrap().into(),
+        ..Default::default()
+    }];
+    assert!(build(&f, &c).is_ok());
 }
 
 #[test]
