@@ -456,3 +456,55 @@ async fn annotations_neither_forge_scutes_keys_nor_change_what_it_does() {
     assert_eq!(pod.status(&id).await.state(), api::ContainerState::ContainerRunning);
     pod.remove_all().await;
 }
+
+/// An image whose /dev/null is a symlink (to a file the container can read) and whose
+/// /dev/console is a directory cannot turn masking into a bind of something else (runc
+/// CVE-2025-31133): the container's /dev is its own, /dev/null the real device, every masked
+/// path masked (reads empty) or refused, /proc/sys read-only, the linked file unchanged; a
+/// mount into /proc is refused before anything is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masking_binds_the_real_dev_null_whatever_the_image_has() {
+    use std::os::unix::fs::symlink;
+    let pod = pod("masked").await;
+    let image = custom_image(pod.registry(), "dev-null-symlink", None, |root| {
+        let dev = root.join("dev");
+        let _ = std::fs::remove_dir_all(&dev);
+        std::fs::create_dir_all(dev.join("console")).unwrap();
+        std::fs::write(root.join("etc/target"), "image file\n").unwrap();
+        symlink("/etc/target", dev.join("null")).unwrap();
+    });
+    pull(&pod, &image).await;
+    let script = "\
+        test -c /dev/null && ! test -L /dev/null && echo null-is-a-device; \
+        echo x > /dev/null; cat /etc/target; \
+        for f in /proc/keys /proc/timer_list /proc/kcore; do echo \"$f $(cat $f 2>/dev/null | wc -c) bytes\"; done; \
+        echo \"/proc/acpi $(ls /proc/acpi 2>/dev/null | wc -l) entries\"; \
+        echo 1 > /proc/sys/kernel/sysrq 2>/dev/null || echo sysctl-readonly; \
+        echo done";
+    let id = pod.run(with_image(container("m", script), &image)).await;
+    let status = pod.wait_exited(&id).await;
+    let log = pod.wait_log("m", "done").await;
+    assert_eq!(status.exit_code, 0, "{log}");
+    for want in [
+        "null-is-a-device",
+        "image file",
+        "/proc/keys 0 bytes",
+        "/proc/timer_list 0 bytes",
+        "/proc/kcore 0 bytes",
+        "/proc/acpi 0 entries",
+        "sysctl-readonly",
+    ] {
+        assert!(log.contains(want), "{want} not in {log}");
+    }
+    // The host has what was masked (so the check above means something).
+    assert!(std::fs::read_to_string("/proc/keys").is_ok_and(|k| !k.is_empty()));
+
+    let mut c = container("procmount", "true");
+    c.mounts = vec![api::Mount {
+        container_path: "/proc/sys/kernel/core_pattern".into(),
+        host_path: "/etc/hostname".into(),
+        ..Default::default()
+    }];
+    refused(pod.create(c).await, &["/proc/sys/kernel/core_pattern", "/proc"]);
+    pod.remove_all().await;
+}
