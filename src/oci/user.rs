@@ -29,6 +29,11 @@ use crate::oci::userns::PodUserNs;
 
 /// A user-database line longer than this is not a user entry (skipped, never buffered whole).
 const MAX_LINE: usize = 64 << 10;
+/// An image's /etc/passwd or /etc/group bigger than this is refused unread: it is scanned at
+/// every create (hundreds of thousands of users fit in a few MiB).
+const MAX_DB: u64 = 64 << 20;
+/// The kernel's NGROUPS_MAX: setgroups takes no more.
+const MAX_GROUPS: usize = 65536;
 /// openat2 answers EAGAIN when a rename raced the lookup; retrying is safe.
 const OPENAT2_ATTEMPTS: usize = 16;
 /// `(uid_t)-1` / `(gid_t)-1`: "no change" to the set*id calls, never a real id.
@@ -101,6 +106,12 @@ pub fn resolve(
     }
     groups.sort_unstable();
     groups.dedup();
+    if groups.len() > MAX_GROUPS {
+        return Err(SpecError::Invalid(format!(
+            "{source} {userstr:?} would be in {} groups (the image's /etc/group and supplemental_groups); the kernel allows {MAX_GROUPS}",
+            groups.len()
+        )));
+    }
     Ok(User {
         uid,
         gid,
@@ -289,11 +300,16 @@ impl<'a> UserDb<'a> {
 
     fn gids_where(&self, want: impl Fn(&GroupEntry) -> bool) -> Result<Vec<u32>, SpecError> {
         let mut gids = Vec::new();
+        // Distinct gids, and only until there are more than the kernel allows: the answer is a
+        // refusal then, whatever follows.
+        let mut seen = std::collections::HashSet::new();
         scan_db(self.rootfs, "etc/group", |line| {
             if let Some(e) = parse_group_line(line).filter(|e| want(e)) {
-                gids.push(e.gid);
+                if seen.insert(e.gid) {
+                    gids.push(e.gid);
+                }
             }
-            true
+            gids.len() <= MAX_GROUPS
         })?;
         Ok(gids)
     }
@@ -304,7 +320,15 @@ impl<'a> UserDb<'a> {
 fn scan_db(rootfs: &Path, rel: &str, each: impl FnMut(&str) -> bool) -> Result<(), SpecError> {
     let err = |e: std::io::Error| SpecError::Invalid(format!("reading /{rel} of the container image: {e}"));
     match open_in_root(rootfs, rel).map_err(err)? {
-        Some(file) => for_each_line(BufReader::new(file), each).map_err(err),
+        Some(file) => {
+            let size = file.metadata().map_err(err)?.len();
+            if size > MAX_DB {
+                return Err(SpecError::Invalid(format!(
+                    "/{rel} of the container image is {size} bytes (at most {MAX_DB} are read)"
+                )));
+            }
+            for_each_line(BufReader::new(file), each).map_err(err)
+        }
         None => Ok(()),
     }
 }
@@ -690,7 +714,8 @@ mod tests {
         refused(resolve(p, Some(&c), "", Some(&ns)), "supplemental_groups entry 65536");
     }
 
-    /// A user database far bigger than any real one is scanned, not refused (issue 13, point 5).
+    /// A user database far bigger than any real one is scanned, not refused (issue 13, point 5),
+    /// up to MAX_DB.
     #[test]
     fn big_user_databases_are_scanned_a_line_at_a_time() {
         let r = rootfs();
@@ -712,6 +737,42 @@ mod tests {
         assert_eq!(
             resolve(p, None, "user199999", None).unwrap(),
             user(209_999, 209_999, &[209_999])
+        );
+    }
+
+    /// Hostile group databases (containerd CVE-2026-47262's unbounded group parsing): membership
+    /// in more groups than the kernel takes is refused (duplicates count once), and a database
+    /// past MAX_DB is refused unread.
+    #[test]
+    fn hostile_group_databases_are_bounded() {
+        let r = rootfs();
+        let p = r.path();
+        let mut group = String::new();
+        for _ in 0..70_000 {
+            group.push_str("dup:x:777:root\n");
+        }
+        group.push_str("late:x:778:root\n");
+        fs::write(p.join("etc/group"), &group).unwrap();
+        assert_eq!(resolve(p, None, "root", None).unwrap(), user(0, 0, &[0, 777, 778]));
+
+        let mut group = String::new();
+        for g in 0..(MAX_GROUPS as u32 + 10) {
+            group.push_str(&format!("g{g}:x:{}:root\n", 100_000 + g));
+        }
+        fs::write(p.join("etc/group"), &group).unwrap();
+        refused(resolve(p, None, "root", None), "the kernel allows 65536");
+
+        let big = fs::File::create(p.join("etc/group")).unwrap();
+        big.set_len(MAX_DB + 1).unwrap();
+        refused(
+            resolve(p, None, "root", None),
+            "/etc/group of the container image is 67108865 bytes",
+        );
+        let big = fs::File::create(p.join("etc/passwd")).unwrap();
+        big.set_len(MAX_DB + 1).unwrap();
+        refused(
+            resolve(p, None, "nobody", None),
+            "/etc/passwd of the container image is",
         );
     }
 
