@@ -24,12 +24,14 @@ use crate::shim_client::{ContainerStatus as ShimStatus, CreateOptions, ExecResul
 use crate::store::{self, Kind, Store};
 
 /// ExecSync output beyond this is dropped (the kubelet keeps probe output small anyway).
+mod bind_sources;
 mod exits;
 mod image_volumes;
 mod stop;
 mod update;
 mod validate;
 
+use bind_sources::BindSources;
 use validate::validate_config;
 
 const EXEC_MAX_OUTPUT: usize = 16 << 20;
@@ -467,6 +469,13 @@ impl ContainerManager {
             groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
             record.user = Some((user.uid(), user.gid(), groups));
         }
+        // Held from here until the container is created, then checked against what it got.
+        let cri_destinations: Vec<String> = config
+            .mounts
+            .iter()
+            .map(|m| crate::oci::clean_absolute(&m.container_path))
+            .collect();
+        let bind_sources = BindSources::pin(&spec, &cri_destinations).map_err(ContainerError::FailedPrecondition)?;
         let bundle = dir.join("bundle");
         files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| ContainerError::Failed(e.to_string()))?;
@@ -496,6 +505,9 @@ impl ContainerManager {
             )
             .await
             .map_err(shim_failed("creating the container"))?;
+        bind_sources
+            .verify(record.pid)
+            .map_err(ContainerError::FailedPrecondition)?;
         Ok(())
     }
 

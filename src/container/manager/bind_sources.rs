@@ -1,0 +1,242 @@
+//! Bind mounts get what was checked (issue 19: a hostPath with a symlink swapped in between check
+//! and mount). The spec names each CRI bind's source by the canonical path the spec builder
+//! resolved; libcontainer resolves that path again when it mounts, in the container's init, tens
+//! of milliseconds later. A directory on it replaced by a symlink meanwhile (by anyone who can
+//! write its parent: another pod with a hostPath above it) would make it bind whatever the link
+//! names — the host's root, say. runc and containerd have the same window.
+//!
+//! So each bind source is opened (O_PATH) when the bundle is written and held until the
+//! container is created; a CRI source, canonical by construction, is opened with no symlink
+//! allowed on its path (one there now was swapped in). Once created, each bind's destination,
+//! resolved in the container's root, must be the very inode held — or the create fails (and is
+//! rolled back) naming the mount.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{fstat, Mode};
+use oci_spec::runtime::{Mount, Spec};
+
+/// openat2 answers EAGAIN when a rename raced the lookup; retrying is safe.
+const OPENAT2_ATTEMPTS: usize = 16;
+
+/// A bind source held open, with the inode it is.
+struct Pinned {
+    destination: PathBuf,
+    source: PathBuf,
+    dev: u64,
+    ino: u64,
+    _fd: OwnedFd,
+}
+
+/// The bind sources of one container's spec, held from its bundle to its creation.
+pub(super) struct BindSources(Vec<Pinned>);
+
+impl BindSources {
+    /// Opens the source of every bind of `spec` that is not hidden by a later mount. `strict`:
+    /// the destinations whose source must have no symlink on its path (the CRI's, canonical).
+    /// Err is the FailedPrecondition message.
+    pub(super) fn pin(spec: &Spec, strict: &[String]) -> Result<BindSources, String> {
+        let mounts = spec.mounts().as_deref().unwrap_or_default();
+        let mut pinned = Vec::new();
+        for (i, m) in mounts.iter().enumerate() {
+            let Some(source) = bind_source(m) else { continue };
+            if hidden(m.destination(), &mounts[i + 1..]) {
+                continue;
+            }
+            let strict = strict.iter().any(|d| Path::new(d) == m.destination());
+            let fd = match open_source(source, strict) {
+                Ok(fd) => fd,
+                // libcontainer reports a source that is not there, as before.
+                Err(Errno::ENOENT) => continue,
+                Err(Errno::ELOOP) if strict => {
+                    return Err(format!(
+                        "mount source {} for {} has a symlink on its path now that was not there when it was resolved: refused",
+                        source.display(),
+                        m.destination().display()
+                    ))
+                }
+                Err(e) => return Err(format!("opening mount source {}: {e}", source.display())),
+            };
+            let st = fstat(fd.as_raw_fd()).map_err(|e| format!("stat of mount source {}: {e}", source.display()))?;
+            pinned.push(Pinned {
+                destination: m.destination().clone(),
+                source: source.to_path_buf(),
+                dev: st.st_dev,
+                ino: st.st_ino,
+                _fd: fd,
+            });
+        }
+        Ok(BindSources(pinned))
+    }
+
+    /// Checks that every pinned bind's destination in the root of process `pid` (the created
+    /// container's init) is the inode that was held. Err is the FailedPrecondition message.
+    pub(super) fn verify(&self, pid: u32) -> Result<(), String> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let root = open(
+            Path::new(&format!("/proc/{pid}/root")),
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map(owned)
+        .map_err(|e| format!("opening the root of the container's process {pid}: {e}"))?;
+        self.verify_in(&root)
+    }
+
+    fn verify_in(&self, root: &OwnedFd) -> Result<(), String> {
+        for p in &self.0 {
+            let mounted = open_in(root, &p.destination).and_then(|fd| fstat(fd.as_raw_fd()));
+            match mounted {
+                Ok(st) if (st.st_dev, st.st_ino) == (p.dev, p.ino) => {}
+                Ok(_) => {
+                    return Err(format!(
+                        "the mount at {} is not {} as it was when checked (its path changed while the container was created): refused",
+                        p.destination.display(),
+                        p.source.display()
+                    ))
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "the mount at {} cannot be looked up in the container: {e}",
+                        p.destination.display()
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host source of a bind mount, if `m` is one.
+fn bind_source(m: &Mount) -> Option<&Path> {
+    let bind = m.typ().as_deref() == Some("bind") || m.options().iter().flatten().any(|o| o == "bind" || o == "rbind");
+    bind.then(|| m.source().as_deref())
+        .flatten()
+        .filter(|s| s.is_absolute())
+}
+
+/// Whether a later mount goes on `destination` or one of its parents (then it is not seen).
+fn hidden(destination: &Path, later: &[Mount]) -> bool {
+    later.iter().any(|l| destination.starts_with(l.destination()))
+}
+
+fn open_source(source: &Path, strict: bool) -> Result<OwnedFd, Errno> {
+    if !strict {
+        return open(source, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map(owned);
+    }
+    let slash = open(
+        Path::new("/"),
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map(owned)?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    retry(|| openat2(slash.as_raw_fd(), source.strip_prefix("/").unwrap_or(source), how))
+}
+
+/// `path` in the container's root, as libcontainer resolved the destination: symlinks followed
+/// inside the root.
+fn open_in(root: &OwnedFd, path: &Path) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    retry(|| openat2(root.as_raw_fd(), path.strip_prefix("/").unwrap_or(path), how))
+}
+
+fn retry(mut f: impl FnMut() -> Result<RawFd, Errno>) -> Result<OwnedFd, Errno> {
+    let mut attempts = 0;
+    loop {
+        match f() {
+            Err(Errno::EAGAIN) if attempts < OPENAT2_ATTEMPTS => attempts += 1,
+            other => return other.map(owned),
+        }
+    }
+}
+
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use oci_spec::runtime::{MountBuilder, SpecBuilder};
+
+    use super::*;
+
+    fn bind(destination: &Path, source: &Path) -> Mount {
+        MountBuilder::default()
+            .destination(destination)
+            .typ("bind")
+            .source(source)
+            .options(vec!["rbind".to_string()])
+            .build()
+            .unwrap()
+    }
+
+    fn spec(mounts: Vec<Mount>) -> Spec {
+        SpecBuilder::default().mounts(mounts).build().unwrap()
+    }
+
+    fn root() -> OwnedFd {
+        open(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
+            .map(owned)
+            .unwrap()
+    }
+
+    /// With this process's root as the "container's": a destination that still is the held
+    /// source passes; one whose path now leads elsewhere (a directory swapped for a symlink) is
+    /// refused naming it.
+    #[test]
+    fn a_source_swapped_after_the_check_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (real, decoy) = (dir.path().join("real"), dir.path().join("decoy"));
+        std::fs::create_dir_all(real.join("data")).unwrap();
+        std::fs::create_dir_all(decoy.join("data")).unwrap();
+        let source = real.join("data");
+        let dest = source.to_string_lossy().into_owned();
+        let pins = BindSources::pin(&spec(vec![bind(&source, &source)]), &[dest.clone()]).unwrap();
+        pins.verify_in(&root()).unwrap();
+
+        std::fs::rename(&real, dir.path().join("moved")).unwrap();
+        symlink(&decoy, &real).unwrap();
+        let err = pins.verify_in(&root()).unwrap_err();
+        assert!(err.contains(&dest) && err.contains("is not"), "{err}");
+        // Pinning now: the canonical path has a symlink on it.
+        let err = BindSources::pin(&spec(vec![bind(&source, &source)]), &[dest.clone()])
+            .err()
+            .unwrap();
+        assert!(err.contains("has a symlink on its path"), "{err}");
+        // A source that is not the CRI's may be reached through a link.
+        BindSources::pin(&spec(vec![bind(&source, &source)]), &[]).unwrap();
+    }
+
+    #[test]
+    fn hidden_binds_and_non_binds_are_not_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmpfs = MountBuilder::default()
+            .destination("/dev")
+            .typ("tmpfs")
+            .source("tmpfs")
+            .build()
+            .unwrap();
+        let mounts = vec![
+            bind(Path::new("/data/sub"), dir.path()),
+            bind(Path::new("/data"), dir.path()),
+            tmpfs,
+            bind(Path::new("/dev/termination-log"), dir.path()),
+        ];
+        let pins = BindSources::pin(&spec(mounts), &[]).unwrap();
+        let held: Vec<&Path> = pins.0.iter().map(|p| p.destination.as_path()).collect();
+        assert_eq!(held, [Path::new("/data"), Path::new("/dev/termination-log")]);
+    }
+}
