@@ -40,6 +40,8 @@ enum Body {
     /// `head`, then spaces up to `len` bytes (JSON allows trailing whitespace), announced with
     /// Content-Length or chunked.
     Padded { head: Vec<u8>, len: u64, chunked: bool },
+    /// No body: a 307 to this location.
+    Redirect(String),
 }
 
 impl Body {
@@ -48,6 +50,7 @@ impl Body {
         let mut hasher = Sha256::new();
         match self {
             Body::Sized(b) | Body::Chunked(b) => hasher.update(b),
+            Body::Redirect(_) => {}
             Body::Padded { head, len, .. } => {
                 hasher.update(head);
                 let block = vec![b' '; 1 << 20];
@@ -170,7 +173,17 @@ async fn serve(
         let _ = conn.write_all(body).await;
         return;
     };
+    if let Body::Redirect(location) = &body {
+        let _ = conn
+            .write_all(
+                format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await;
+        return;
+    }
     let (length, chunked) = match &body {
+        Body::Redirect(_) => unreachable!("answered above"),
         Body::Sized(b) => (Some(b.len() as u64), false),
         Body::Chunked(_) => (None, true),
         Body::Padded { len, chunked, .. } => ((!chunked).then_some(*len), *chunked),
@@ -194,7 +207,7 @@ impl Body {
     fn digest_if_small(&self) -> String {
         match self {
             Body::Sized(_) | Body::Chunked(_) => format!("Docker-Content-Digest: {}\r\n", self.digest()),
-            Body::Padded { .. } => String::new(),
+            Body::Padded { .. } | Body::Redirect(_) => String::new(),
         }
     }
 }
@@ -205,6 +218,7 @@ async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &Ato
     let (head, len) = match body {
         Body::Sized(b) | Body::Chunked(b) => (b.as_slice(), b.len() as u64),
         Body::Padded { head, len, .. } => (head.as_slice(), *len),
+        Body::Redirect(_) => return Ok(()),
     };
     let spaces = vec![b' '; 64 << 10];
     let mut offset = 0u64;
@@ -619,4 +633,104 @@ async fn blobs_shorter_than_declared_are_refused() {
         &[&format!("config {}", sha256(&config)), &problem],
     )
     .await;
+}
+
+/// (f) What crashed other runtimes' daemons (containerd CVE-2026-95839: a malformed digest in a
+/// manifest's child descriptor panicked it): malformed and unsupported digests, a blob whose
+/// bytes are not its digest, a blob redirecting to itself. Each pull fails with a clear code
+/// within its deadline, nothing of it is kept, and the daemon serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let layer = layer_tar();
+    let layer_digest = sha256(&layer);
+    let config = config_json(std::slice::from_ref(&layer_digest));
+    let config_digest = sha256(&config);
+    registry.blob("hostile/parts", &config_digest, CONFIG, Body::Sized(config.clone()));
+    let good_layer = descriptor(LAYER, &layer_digest, layer.len() as u64);
+    let good_config = descriptor(CONFIG, &config_digest, config.len() as u64);
+    let malformed = [
+        "sha256:zz".to_string(),
+        format!("sha256:{}", "a".repeat(63)),
+        format!("sha256:{}", "A".repeat(64)),
+        "md5:d41d8cd98f00b204e9800998ecf8427e".to_string(),
+        "sha256:../../../../etc/passwd".to_string(),
+        String::new(),
+        ":".to_string(),
+        "sha512:abc".to_string(),
+    ];
+    for (i, digest) in malformed.iter().enumerate() {
+        for (what, manifest) in [
+            (
+                "config",
+                manifest_json(
+                    descriptor(CONFIG, digest, config.len() as u64),
+                    vec![good_layer.clone()],
+                ),
+            ),
+            (
+                "layer",
+                manifest_json(good_config.clone(), vec![descriptor(LAYER, digest, layer.len() as u64)]),
+            ),
+        ] {
+            let repo = format!("hostile/digest-{what}-{i}");
+            registry.blob(&repo, &config_digest, CONFIG, Body::Sized(config.clone()));
+            registry.blob(&repo, &layer_digest, LAYER, Body::Sized(layer.clone()));
+            registry.manifest(&repo, "v1", MANIFEST, Body::Sized(manifest));
+            let err = pull(&daemon, &registry.image(&repo)).await.expect_err(&repo);
+            assert!(
+                matches!(err.code(), Code::InvalidArgument | Code::FailedPrecondition),
+                "{repo} ({digest:?}): {err:?}"
+            );
+            assert!(err.message().contains("digest"), "{repo}: {}", err.message());
+        }
+    }
+
+    // A layer whose bytes are not its digest (right size): refused, naming it.
+    let mut lie = layer.clone();
+    let last = lie.len() - 1;
+    lie[last] ^= 1;
+    serve_image_with_layer(
+        &registry,
+        "hostile/lie",
+        layer.len() as u64,
+        &layer_digest,
+        &layer_digest,
+        Body::Sized(lie),
+    );
+    let err = pull(&daemon, &registry.image("hostile/lie")).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains(&layer_digest), "{}", err.message());
+
+    // A blob that redirects to itself: the redirect limit ends it, in seconds.
+    let path = format!("/v2/hostile/loop/blobs/{layer_digest}");
+    serve_image_with_layer(
+        &registry,
+        "hostile/loop",
+        layer.len() as u64,
+        &layer_digest,
+        &layer_digest,
+        Body::Redirect(format!("http://{}{path}", registry.addr)),
+    );
+    let started = std::time::Instant::now();
+    let err = pull(&daemon, &registry.image("hostile/loop")).await.unwrap_err();
+    eprintln!("redirect loop: {:?} after {:?}", err, started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert_ne!(err.code(), Code::Internal, "{err:?}");
+
+    // None of it was kept, and the daemon still pulls a good image.
+    let images = daemon
+        .images()
+        .await
+        .list_images(api::ListImagesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .images;
+    assert!(images.iter().all(|i| i.pinned), "only the built-in pause image: {images:?}");
+    serve_good_image(&registry, "hostile/after");
+    pull(&daemon, &registry.image("hostile/after"))
+        .await
+        .expect("a good image after all that");
 }
