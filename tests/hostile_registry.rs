@@ -1,8 +1,10 @@
 //! Pulls from a hostile registry: a tiny OCI distribution server written here (plain tokio, on
 //! 127.0.0.1, which the daemon talks to over plain HTTP) that announces or streams documents of
-//! any size and serves blobs longer or shorter than their descriptors say. The daemon must refuse
-//! each with FailedPrecondition naming the problem, without reading what it refuses, and its
-//! memory must not follow what the registry sends.
+//! any size, serves blobs longer or shorter than their descriptors say or whose bytes lie about
+//! their digest, malformed digests, redirect loops, and a basic-auth challenge with a redirect to
+//! another host. The daemon must refuse each with a clear code naming the problem, without
+//! reading what it refuses, its memory must not follow what the registry sends, and credentials
+//! must not leave the registry they are for.
 
 mod common;
 
@@ -66,36 +68,49 @@ impl Body {
     }
 }
 
-/// The hostile registry: documents by path, and a count of the body bytes it managed to write.
+/// What the hostile registry's connections share: documents by path, the body bytes it managed
+/// to write, the Authorization it demands (None: none), and each request's path and
+/// Authorization header as received.
+#[derive(Default)]
+struct Shared {
+    routes: std::sync::Mutex<HashMap<String, (String, Body)>>,
+    sent: AtomicU64,
+    auth: std::sync::Mutex<Option<String>>,
+    seen: std::sync::Mutex<Vec<(String, Option<String>)>>,
+}
+
+/// The hostile registry.
 struct Hostile {
     addr: String,
-    routes: Arc<std::sync::Mutex<HashMap<String, (String, Body)>>>,
-    sent: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl Hostile {
     async fn start() -> Hostile {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Hostile::start_on("127.0.0.1").await
+    }
+
+    /// On loopback address `ip` (127.0.0.2 is another host to an HTTP client).
+    async fn start_on(ip: &str) -> Hostile {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let routes: Arc<std::sync::Mutex<HashMap<String, (String, Body)>>> = Arc::default();
-        let sent = Arc::new(AtomicU64::new(0));
-        let (r, s) = (routes.clone(), sent.clone());
+        let shared: Arc<Shared> = Arc::default();
+        let s = shared.clone();
         let server = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(serve(conn, r.clone(), s.clone()));
+                tokio::spawn(serve(conn, s.clone()));
             }
         });
-        Hostile {
-            addr,
-            routes,
-            sent,
-            server,
-        }
+        Hostile { addr, shared, server }
     }
 
     fn route(&self, path: String, media_type: &str, body: Body) {
-        self.routes.lock().unwrap().insert(path, (media_type.to_string(), body));
+        self.shared
+            .routes
+            .lock()
+            .unwrap()
+            .insert(path, (media_type.to_string(), body));
     }
 
     fn manifest(&self, repo: &str, reference: &str, media_type: &str, body: Body) {
@@ -113,17 +128,23 @@ impl Hostile {
     /// Body bytes written since the last call, once the writers have settled (a refused body's
     /// writer fails as soon as the daemon hangs up).
     async fn sent(&self) -> u64 {
-        let mut last = self.sent.load(Ordering::SeqCst);
+        let sent = &self.shared.sent;
+        let mut last = sent.load(Ordering::SeqCst);
         loop {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let now = self.sent.load(Ordering::SeqCst);
+            let now = sent.load(Ordering::SeqCst);
             if now == last {
-                self.sent.fetch_sub(now, Ordering::SeqCst);
+                sent.fetch_sub(now, Ordering::SeqCst);
                 eprintln!("the registry wrote {now} body bytes");
                 return now;
             }
             last = now;
         }
+    }
+
+    /// The requests received: path and Authorization header.
+    fn seen(&self) -> Vec<(String, Option<String>)> {
+        self.shared.seen.lock().unwrap().clone()
     }
 }
 
@@ -134,11 +155,7 @@ impl Drop for Hostile {
 }
 
 /// One request per connection (`Connection: close`): GET or HEAD of /v2/ or a route.
-async fn serve(
-    mut conn: TcpStream,
-    routes: Arc<std::sync::Mutex<HashMap<String, (String, Body)>>>,
-    sent: Arc<AtomicU64>,
-) {
+async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -154,10 +171,25 @@ async fn serve(
     let mut first = head.lines().next().unwrap_or("").split(' ');
     let method = first.next().unwrap_or("").to_string();
     let path = first.next().unwrap_or("").split('?').next().unwrap_or("").to_string();
+    let authorization = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("authorization")
+            .then(|| value.trim().to_string())
+    });
+    shared.seen.lock().unwrap().push((path.clone(), authorization.clone()));
+    let demanded = shared.auth.lock().unwrap().clone();
+    if demanded.is_some() && authorization != demanded {
+        let _ = conn
+            .write_all(
+                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"hostile\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+        return;
+    }
     let route = if path == "/v2/" {
         Some(("application/json".to_string(), Body::Sized(b"{}".to_vec())))
     } else {
-        routes.lock().unwrap().get(&path).cloned()
+        shared.routes.lock().unwrap().get(&path).cloned()
     };
     let Some((media_type, body)) = route else {
         let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}"#;
@@ -197,7 +229,7 @@ async fn serve(
     if conn.write_all(header.as_bytes()).await.is_err() || method == "HEAD" {
         return;
     }
-    let _ = write_body(&mut conn, &body, chunked, &sent).await;
+    let _ = write_body(&mut conn, &body, chunked, &shared.sent).await;
     let _ = conn.shutdown().await;
 }
 
@@ -728,9 +760,108 @@ async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
         .unwrap()
         .into_inner()
         .images;
-    assert!(images.iter().all(|i| i.pinned), "only the built-in pause image: {images:?}");
+    assert!(
+        images.iter().all(|i| i.pinned),
+        "only the built-in pause image: {images:?}"
+    );
     serve_good_image(&registry, "hostile/after");
     pull(&daemon, &registry.image("hostile/after"))
         .await
         .expect("a good image after all that");
+}
+
+/// (g) Credentials go to the registry they were given for and nowhere else: a blob redirected
+/// to another host (as registries send blobs to a CDN) and a foreign layer's URL on another
+/// host get no Authorization header (reqwest drops it on a cross-host redirect; oci-client
+/// never authenticates on a descriptor's URLs, CVE-2020-15157).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_follow_a_redirect_or_a_foreign_url_to_another_host() {
+    let registry = Hostile::start().await;
+    let cdn = Hostile::start_on("127.0.0.2").await;
+    let daemon = Daemon::start("");
+    use base64::Engine as _;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("scute:s3cret")
+    );
+    *registry.shared.auth.lock().unwrap() = Some(basic.clone());
+
+    // The layer is on the CDN; the registry redirects to it. A second, foreign layer's
+    // descriptor lists a URL on the CDN and the registry does not have it.
+    let layer = layer_tar();
+    let digest = sha256(&layer);
+    let foreign = {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(4);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_cksum();
+        b.append_data(&mut h, "etc/foreign", &b"cdn\n"[..]).unwrap();
+        b.into_inner().unwrap()
+    };
+    let foreign_digest = sha256(&foreign);
+    let repo = "hostile/private";
+    let config = config_json(&[digest.clone(), foreign_digest.clone()]);
+    registry.blob(repo, &sha256(&config), CONFIG, Body::Sized(config.clone()));
+    let cdn_path = format!("/cdn/{digest}");
+    cdn.route(cdn_path.clone(), LAYER, Body::Sized(layer.clone()));
+    registry.blob(
+        repo,
+        &digest,
+        LAYER,
+        Body::Redirect(format!("http://{}{cdn_path}", cdn.addr)),
+    );
+    let foreign_path = format!("/foreign/{foreign_digest}");
+    cdn.route(foreign_path.clone(), LAYER, Body::Sized(foreign.clone()));
+    let mut foreign_descriptor = descriptor(
+        "application/vnd.oci.image.layer.nondistributable.v1.tar",
+        &foreign_digest,
+        foreign.len() as u64,
+    );
+    foreign_descriptor["urls"] = serde_json::json!([format!("http://{}{foreign_path}", cdn.addr)]);
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(&config), config.len() as u64),
+        vec![descriptor(LAYER, &digest, layer.len() as u64), foreign_descriptor],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
+
+    daemon
+        .images()
+        .await
+        .pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: registry.image(repo),
+                ..Default::default()
+            }),
+            auth: Some(api::AuthConfig {
+                username: "scute".into(),
+                password: "s3cret".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("the image pulls with its credentials");
+
+    let at_registry = registry.seen();
+    assert!(
+        at_registry
+            .iter()
+            .any(|(p, a)| p.contains("/manifests/") && a.as_deref() == Some(basic.as_str())),
+        "the registry got the credentials: {at_registry:?}"
+    );
+    let at_cdn = cdn.seen();
+    let paths: Vec<&str> = at_cdn.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(
+        paths.contains(&cdn_path.as_str()) && paths.contains(&foreign_path.as_str()),
+        "{at_cdn:?}"
+    );
+    assert!(
+        at_cdn.iter().all(|(_, a)| a.is_none()),
+        "credentials reached another host: {at_cdn:?}"
+    );
 }
