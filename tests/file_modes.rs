@@ -164,7 +164,7 @@ impl Rig {
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Dir,
     File,
@@ -399,6 +399,20 @@ async fn other_host_users_can_neither_list_nor_read_anything_under_root_or_state
     let rig = Rig::start("modes-walk").await;
     let root = rig.root().to_path_buf();
     let state = rig.pod.daemon.state.clone();
+    // The listing the README's "On disk" table describes: every socket, and every directory
+    // scute makes down to a pod's or container's own (what is below is image content).
+    for top in [&root, &state] {
+        let mut listed: Vec<(PathBuf, Kind)> = walk(top)
+            .into_iter()
+            .filter(|(p, k)| {
+                *k == Kind::Socket || (*k == Kind::Dir && p.strip_prefix(top).unwrap().components().count() <= 2)
+            })
+            .collect();
+        listed.sort();
+        for (path, kind) in listed {
+            eprintln!("figure: {:04o} {:?} {}", mode(&path), kind, path.display());
+        }
+    }
     assert_closed_to(NOBODY, &root, &state);
     assert_closed_to(OTHER_POD_ROOT, &root, &state);
     assert_modes(&rig);
