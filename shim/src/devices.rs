@@ -63,7 +63,7 @@ pub fn confine_in_scope(id: &str, pid: i32, bundle: &Path) -> Result<(), String>
         .unwrap_or_default();
     let unit = scope_name(&cgroups_path.to_string_lossy())
         .ok_or_else(|| format!("cgroupsPath {cgroups_path:?} does not name a systemd scope"))?;
-    let dir = crate::cgroup_v2::dir_named(pid, &[unit.clone()])
+    let dir = crate::cgroup_v2::dir_named(pid, std::slice::from_ref(&unit))
         .ok_or_else(|| format!("container {id} (pid {pid}) is not in its scope {unit}"))?;
     let rules = spec
         .linux()

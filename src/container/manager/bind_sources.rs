@@ -204,7 +204,7 @@ mod tests {
         std::fs::create_dir_all(decoy.join("data")).unwrap();
         let source = real.join("data");
         let dest = source.to_string_lossy().into_owned();
-        let pins = BindSources::pin(&spec(vec![bind(&source, &source)]), &[dest.clone()]).unwrap();
+        let pins = BindSources::pin(&spec(vec![bind(&source, &source)]), std::slice::from_ref(&dest)).unwrap();
         pins.verify_in(&root()).unwrap();
 
         std::fs::rename(&real, dir.path().join("moved")).unwrap();
@@ -212,7 +212,7 @@ mod tests {
         let err = pins.verify_in(&root()).unwrap_err();
         assert!(err.contains(&dest) && err.contains("is not"), "{err}");
         // Pinning now: the canonical path has a symlink on it.
-        let err = BindSources::pin(&spec(vec![bind(&source, &source)]), &[dest.clone()])
+        let err = BindSources::pin(&spec(vec![bind(&source, &source)]), std::slice::from_ref(&dest))
             .err()
             .unwrap();
         assert!(err.contains("has a symlink on its path"), "{err}");

@@ -184,7 +184,12 @@ fn kubelet_mounts() {
     }
 
     // Nothing is mounted into procfs, however the path is spelt.
-    for target in ["/proc", "/proc/sys/kernel/core_pattern", "/proc/self/attr/current", "//proc/../proc/sys/"] {
+    for target in [
+        "/proc",
+        "/proc/sys/kernel/core_pattern",
+        "/proc/self/attr/current",
+        "//proc/../proc/sys/",
+    ] {
         c.mounts = vec![api::Mount {
             container_path: target.into(),
             host_path: f.root.join("ro").to_str().unwrap().into(),
