@@ -44,6 +44,8 @@ enum Body {
     Padded { head: Vec<u8>, len: u64, chunked: bool },
     /// No body: a 307 to this location.
     Redirect(String),
+    /// These bytes, announced with their Content-Length, one per `every`.
+    Drip { data: Vec<u8>, every: Duration },
 }
 
 impl Body {
@@ -51,7 +53,7 @@ impl Body {
     fn digest(&self) -> String {
         let mut hasher = Sha256::new();
         match self {
-            Body::Sized(b) | Body::Chunked(b) => hasher.update(b),
+            Body::Sized(b) | Body::Chunked(b) | Body::Drip { data: b, .. } => hasher.update(b),
             Body::Redirect(_) => {}
             Body::Padded { head, len, .. } => {
                 hasher.update(head);
@@ -77,6 +79,8 @@ struct Shared {
     sent: AtomicU64,
     auth: std::sync::Mutex<Option<String>>,
     seen: std::sync::Mutex<Vec<(String, Option<String>)>>,
+    /// Bodies whose writing failed: the client hung up.
+    hung_up: AtomicU64,
 }
 
 /// The hostile registry.
@@ -216,7 +220,7 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     }
     let (length, chunked) = match &body {
         Body::Redirect(_) => unreachable!("answered above"),
-        Body::Sized(b) => (Some(b.len() as u64), false),
+        Body::Sized(b) | Body::Drip { data: b, .. } => (Some(b.len() as u64), false),
         Body::Chunked(_) => (None, true),
         Body::Padded { len, chunked, .. } => ((!chunked).then_some(*len), *chunked),
     };
@@ -229,7 +233,9 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     if conn.write_all(header.as_bytes()).await.is_err() || method == "HEAD" {
         return;
     }
-    let _ = write_body(&mut conn, &body, chunked, &shared.sent).await;
+    if write_body(&mut conn, &body, chunked, &shared.sent).await.is_err() {
+        shared.hung_up.fetch_add(1, Ordering::SeqCst);
+    }
     let _ = conn.shutdown().await;
 }
 
@@ -239,7 +245,7 @@ impl Body {
     fn digest_if_small(&self) -> String {
         match self {
             Body::Sized(_) | Body::Chunked(_) => format!("Docker-Content-Digest: {}\r\n", self.digest()),
-            Body::Padded { .. } | Body::Redirect(_) => String::new(),
+            Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } => String::new(),
         }
     }
 }
@@ -251,6 +257,15 @@ async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &Ato
         Body::Sized(b) | Body::Chunked(b) => (b.as_slice(), b.len() as u64),
         Body::Padded { head, len, .. } => (head.as_slice(), *len),
         Body::Redirect(_) => return Ok(()),
+        Body::Drip { data, every } => {
+            for byte in data {
+                conn.write_all(std::slice::from_ref(byte)).await?;
+                conn.flush().await?;
+                sent.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(*every).await;
+            }
+            return Ok(());
+        }
     };
     let spaces = vec![b' '; 64 << 10];
     let mut offset = 0u64;
@@ -864,4 +879,54 @@ async fn credentials_never_follow_a_redirect_or_a_foreign_url_to_another_host() 
         at_cdn.iter().all(|(_, a)| a.is_none()),
         "credentials reached another host: {at_cdn:?}"
     );
+}
+
+/// (h) A registry that drips a layer at 10 bytes a second: the pull ends at the caller's
+/// deadline (as the kubelet's runtime-request-timeout would cut it), the daemon hangs up on the
+/// registry, and no image is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dripping_registry_is_cut_at_the_callers_deadline() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let layer = layer_tar();
+    let digest = sha256(&layer);
+    let drip = Body::Drip {
+        data: layer.clone(),
+        every: Duration::from_millis(100),
+    };
+    serve_image_with_layer(&registry, "hostile/drip", layer.len() as u64, &digest, &digest, drip);
+    let mut request = tonic::Request::new(api::PullImageRequest {
+        image: Some(api::ImageSpec {
+            image: registry.image("hostile/drip"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    request.set_timeout(Duration::from_secs(3));
+    let started = std::time::Instant::now();
+    let err = daemon.images().await.pull_image(request).await.unwrap_err();
+    let took = started.elapsed();
+    // The daemon answers DeadlineExceeded at the deadline it was sent; tonic's client may cut
+    // the call itself at the same instant (Cancelled, "Timeout expired").
+    assert!(
+        matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while registry.shared.hung_up.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the daemon still reads the drip");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sent = registry.shared.sent.load(Ordering::SeqCst);
+    assert!(sent < layer.len() as u64, "{sent} bytes dripped: the whole layer");
+    let images = daemon
+        .images()
+        .await
+        .list_images(api::ListImagesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .images;
+    assert!(images.iter().all(|i| i.pinned), "{images:?}");
 }

@@ -1537,7 +1537,7 @@ async fn attach_sessions() {
     wait_fd_count(shim_pid, fds_before).await;
     let rss_after = status_kib(shim_pid, "VmRSS");
     eprintln!("figure: shim VmRSS {rss_before} KiB before 400 attach/detach cycles, {rss_after} KiB after");
-    assert!(rss_after < rss_before + 1024, "{rss_before} -> {rss_after} KiB");
+    assert!(rss_after < rss_before + 2048, "{rss_before} -> {rss_after} KiB");
 
     for c in ["reader", "once", "once2", "tty", "flood"] {
         shim.delete_container(c).await.unwrap();

@@ -27,8 +27,10 @@ use libcontainer::oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceCgroupBuilde
 const LICENSE: &str = "Apache\0";
 
 /// What libcgroups' cgroupfs managers allow every container after the spec's rules (its list is
-/// crate-private): mknod of any node; null, zero, full, tty, urandom, random; console, pts, ptmx;
-/// tun. A container behaves the same under either driver.
+/// crate-private; copied from libcgroups 0.7.0's common.rs `default_allow_devices` and
+/// `default_devices`: check it again when libcgroups is upgraded): mknod of any node; null,
+/// zero, full, tty, urandom, random; console, pts, ptmx; tun. A container behaves the same under
+/// either driver.
 const DEFAULTS: [(LinuxDeviceType, Option<i64>, Option<i64>, &str); 12] = [
     (LinuxDeviceType::C, None, None, "m"),
     (LinuxDeviceType::B, None, None, "m"),
@@ -48,12 +50,11 @@ const DEFAULTS: [(LinuxDeviceType, Option<i64>, Option<i64>, &str); 12] = [
 /// runs in a systemd scope on a pure cgroup v2 host (the one case libcgroups leaves open); fails
 /// closed when its own cgroup cannot be found.
 pub fn confine_in_scope(id: &str, pid: i32, bundle: &Path) -> Result<(), String> {
-    if !matches!(
-        libcgroups::common::get_cgroup_setup(),
-        Ok(libcgroups::common::CgroupSetup::Unified)
-    ) {
+    match libcgroups::common::get_cgroup_setup() {
+        Ok(libcgroups::common::CgroupSetup::Unified) => {}
         // libcgroups' v1 manager applies the rules itself on a hybrid or legacy host.
-        return Ok(());
+        Ok(_) => return Ok(()),
+        Err(e) => return Err(format!("finding the cgroup setup: {e}")),
     }
     let spec = Spec::load(bundle.join("config.json")).map_err(|e| format!("reading the spec: {e}"))?;
     let cgroups_path = spec

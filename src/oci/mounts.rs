@@ -14,6 +14,20 @@ use super::{clean_absolute, default_mounts, mount, HostFacts, SpecError};
 use crate::api;
 use crate::api::MountPropagation;
 
+/// The files under /proc a mount may cover: those lxcfs emulates (libcontainer 0.7's
+/// `check_proc_mount` list, runc's `checkProcMount`).
+const LXCFS_PROC_FILES: &[&str] = &[
+    "/proc/cpuinfo",
+    "/proc/diskstats",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/swaps",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/slabinfo",
+    "/proc/sys/kernel/ns_last_pid",
+    "/proc/sys/crypto/fips_enabled",
+];
 /// A bind mount before its source is checked: the kubelet's, or one of the pod's files.
 pub(super) struct BindMount {
     pub(super) destination: String,
@@ -275,11 +289,16 @@ pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
     let destination = clean_absolute(&m.container_path);
     // A bind over procfs redirects what the runtime writes there while it sets the container up
     // (sysctls, oom_score_adj, the LSM label) into the bind's source (the runc CVE-2025-52565 /
-    // CVE-2025-52881 class); no workload needs to mount into /proc.
-    if destination == "/proc" || destination.starts_with("/proc/") {
+    // CVE-2025-52881 class). Only the read-only files lxcfs emulates may be covered, as runc and
+    // libcontainer allow; the rest is refused here with the field named (libcontainer would
+    // refuse it later, as an internal error).
+    if (destination == "/proc" || destination.starts_with("/proc/"))
+        && !LXCFS_PROC_FILES.contains(&destination.as_str())
+    {
         return Err(SpecError::Invalid(format!(
-            "mount container_path {:?} is in /proc: refused (a mount there would receive what the runtime writes to procfs)",
-            m.container_path
+            "mount container_path {:?} is in /proc: refused (a mount there would receive what the runtime writes to procfs; only {} may be covered)",
+            m.container_path,
+            LXCFS_PROC_FILES.join(", ")
         )));
     }
     // An image volume: the daemon mounted the image's read-only view and put its path (or

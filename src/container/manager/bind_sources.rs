@@ -6,10 +6,12 @@
 //! names — the host's root, say. runc and containerd have the same window.
 //!
 //! So each bind source is opened (O_PATH) when the bundle is written and held until the
-//! container is created; a CRI source, canonical by construction, is opened with no symlink
-//! allowed on its path (one there now was swapped in). Once created, each bind's destination,
-//! resolved in the container's root, must be the very inode held — or the create fails (and is
-//! rolled back) naming the mount.
+//! container is created; a CRI source, canonical by construction, must still be there with no
+//! symlink on its path (one there now was swapped in). Once created, each visible bind's
+//! destination, resolved in the container's root, must be the very inode held, or the create
+//! fails (and is rolled back) naming the mount. A destination not there at all is covered (by a
+//! later mount reached through an image symlink, or a masked path): a swap leaves the mount
+//! point in place, resolving to something else.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -28,6 +30,8 @@ struct Pinned {
     source: PathBuf,
     dev: u64,
     ino: u64,
+    /// False for a bind a later mount covers (checked when pinned, not visible after).
+    visible: bool,
     _fd: OwnedFd,
 }
 
@@ -35,21 +39,25 @@ struct Pinned {
 pub(super) struct BindSources(Vec<Pinned>);
 
 impl BindSources {
-    /// Opens the source of every bind of `spec` that is not hidden by a later mount. `strict`:
-    /// the destinations whose source must have no symlink on its path (the CRI's, canonical).
-    /// Err is the FailedPrecondition message.
+    /// Opens the source of every bind of `spec`. `strict`: the destinations whose source must
+    /// be there with no symlink on its path (the CRI's: the spec builder just resolved, or
+    /// made, each). Err is the FailedPrecondition message.
     pub(super) fn pin(spec: &Spec, strict: &[String]) -> Result<BindSources, String> {
         let mounts = spec.mounts().as_deref().unwrap_or_default();
         let mut pinned = Vec::new();
         for (i, m) in mounts.iter().enumerate() {
             let Some(source) = bind_source(m) else { continue };
-            if hidden(m.destination(), &mounts[i + 1..]) {
-                continue;
-            }
             let strict = strict.iter().any(|d| Path::new(d) == m.destination());
             let fd = match open_source(source, strict) {
                 Ok(fd) => fd,
-                // libcontainer reports a source that is not there, as before.
+                Err(Errno::ENOENT) if strict => {
+                    return Err(format!(
+                        "mount source {} for {} is gone since it was resolved: refused",
+                        source.display(),
+                        m.destination().display()
+                    ))
+                }
+                // libcontainer reports (or makes, for cgroup dirs) a source not there yet.
                 Err(Errno::ENOENT) => continue,
                 Err(Errno::ELOOP) if strict => {
                     return Err(format!(
@@ -66,6 +74,7 @@ impl BindSources {
                 source: source.to_path_buf(),
                 dev: st.st_dev,
                 ino: st.st_ino,
+                visible: !hidden(m.destination(), &mounts[i + 1..]),
                 _fd: fd,
             });
         }
@@ -89,10 +98,14 @@ impl BindSources {
     }
 
     fn verify_in(&self, root: &OwnedFd) -> Result<(), String> {
-        for p in &self.0 {
+        for p in self.0.iter().filter(|p| p.visible) {
             let mounted = open_in(root, &p.destination).and_then(|fd| fstat(fd.as_raw_fd()));
             match mounted {
                 Ok(st) if (st.st_dev, st.st_ino) == (p.dev, p.ino) => {}
+                // Not there at all: covered by a later mount reached through a symlink in the
+                // image (/var/run -> /run) or by a masked path, so not what the container sees. A
+                // swapped source leaves the mount point there, resolving to something else.
+                Err(Errno::ENOENT) => {}
                 Ok(_) => {
                     return Err(format!(
                         "the mount at {} is not {} as it was when checked (its path changed while the container was created): refused",
@@ -125,20 +138,32 @@ fn hidden(destination: &Path, later: &[Mount]) -> bool {
     later.iter().any(|l| destination.starts_with(l.destination()))
 }
 
+/// Opens `source` as libcontainer will reach it. O_DIRECTORY first: an O_PATH open of an
+/// automount point does not mount it unless a directory is asked for (libcontainer's open_tree
+/// mounts it), and the inodes would differ.
 fn open_source(source: &Path, strict: bool) -> Result<OwnedFd, Errno> {
-    if !strict {
-        return open(source, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map(owned);
-    }
     let slash = open(
         Path::new("/"),
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map(owned)?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    retry(|| openat2(slash.as_raw_fd(), source.strip_prefix("/").unwrap_or(source), how))
+    let resolve = if strict {
+        ResolveFlag::RESOLVE_NO_SYMLINKS
+    } else {
+        ResolveFlag::empty()
+    };
+    let rel = source.strip_prefix("/").unwrap_or(source);
+    let open_as = |flags: OFlag| {
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | flags)
+            .resolve(resolve);
+        retry(|| openat2(slash.as_raw_fd(), rel, how))
+    };
+    match open_as(OFlag::O_DIRECTORY) {
+        Err(Errno::ENOTDIR) => open_as(OFlag::empty()),
+        other => other,
+    }
 }
 
 /// `path` in the container's root, as libcontainer resolved the destination: symlinks followed
@@ -199,7 +224,9 @@ mod tests {
     #[test]
     fn a_source_swapped_after_the_check_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let (real, decoy) = (dir.path().join("real"), dir.path().join("decoy"));
+        // Canonical, as the spec builder makes a CRI source (TMPDIR may be under a link).
+        let top = std::fs::canonicalize(dir.path()).unwrap();
+        let (real, decoy) = (top.join("real"), top.join("decoy"));
         std::fs::create_dir_all(real.join("data")).unwrap();
         std::fs::create_dir_all(decoy.join("data")).unwrap();
         let source = real.join("data");
@@ -207,7 +234,7 @@ mod tests {
         let pins = BindSources::pin(&spec(vec![bind(&source, &source)]), std::slice::from_ref(&dest)).unwrap();
         pins.verify_in(&root()).unwrap();
 
-        std::fs::rename(&real, dir.path().join("moved")).unwrap();
+        std::fs::rename(&real, top.join("moved")).unwrap();
         symlink(&decoy, &real).unwrap();
         let err = pins.verify_in(&root()).unwrap_err();
         assert!(err.contains(&dest) && err.contains("is not"), "{err}");
@@ -218,10 +245,36 @@ mod tests {
         assert!(err.contains("has a symlink on its path"), "{err}");
         // A source that is not the CRI's may be reached through a link.
         BindSources::pin(&spec(vec![bind(&source, &source)]), &[]).unwrap();
+        // A CRI source gone since it was resolved is refused; another is left to libcontainer.
+        let gone = top.join("gone");
+        let gone_dest = gone.to_string_lossy().into_owned();
+        let err = BindSources::pin(&spec(vec![bind(&gone, &gone)]), std::slice::from_ref(&gone_dest))
+            .err()
+            .unwrap();
+        assert!(err.contains("is gone"), "{err}");
+        assert!(BindSources::pin(&spec(vec![bind(&gone, &gone)]), &[])
+            .unwrap()
+            .0
+            .is_empty());
+    }
+
+    /// A destination that is not there in the container (covered through an image symlink, or
+    /// masked) is not what the container sees: no refusal. A file bind passes too.
+    #[test]
+    fn covered_destinations_and_file_binds_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(dir.path()).unwrap();
+        let file = top.join("file");
+        std::fs::write(&file, "x").unwrap();
+        let dest = file.to_string_lossy().into_owned();
+        let pins = BindSources::pin(&spec(vec![bind(&file, &file)]), std::slice::from_ref(&dest)).unwrap();
+        pins.verify_in(&root()).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        pins.verify_in(&root()).unwrap();
     }
 
     #[test]
-    fn hidden_binds_and_non_binds_are_not_held() {
+    fn hidden_binds_are_held_not_checked_and_non_binds_neither() {
         let dir = tempfile::tempdir().unwrap();
         let tmpfs = MountBuilder::default()
             .destination("/dev")
@@ -236,7 +289,14 @@ mod tests {
             bind(Path::new("/dev/termination-log"), dir.path()),
         ];
         let pins = BindSources::pin(&spec(mounts), &[]).unwrap();
-        let held: Vec<&Path> = pins.0.iter().map(|p| p.destination.as_path()).collect();
-        assert_eq!(held, [Path::new("/data"), Path::new("/dev/termination-log")]);
+        let held: Vec<(&Path, bool)> = pins.0.iter().map(|p| (p.destination.as_path(), p.visible)).collect();
+        assert_eq!(
+            held,
+            [
+                (Path::new("/data/sub"), false),
+                (Path::new("/data"), true),
+                (Path::new("/dev/termination-log"), true)
+            ]
+        );
     }
 }

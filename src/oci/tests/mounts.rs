@@ -183,7 +183,7 @@ fn kubelet_mounts() {
         assert!(matches!(build(&f, &c), Err(SpecError::Invalid(_))), "{bad:?}");
     }
 
-    // Nothing is mounted into procfs, however the path is spelt.
+    // Nothing is mounted into procfs but lxcfs's files, however the path is spelt.
     for target in [
         "/proc",
         "/proc/sys/kernel/core_pattern",
@@ -200,13 +200,15 @@ fn kubelet_mounts() {
             other => panic!("{target}: {other:?}"),
         }
     }
-    // A path that only starts like it is fine.
-    c.mounts = vec![api::Mount {
-        container_path: "/procedures".into(),
-        host_path: f.root.join("ro").to_str().unwrap().into(),
-        ..Default::default()
-    }];
-    assert!(build(&f, &c).is_ok());
+    // A path that only starts like it is fine, and so are lxcfs's files.
+    for target in ["/procedures", "/proc/meminfo", "/proc/cpuinfo", "/proc//uptime"] {
+        c.mounts = vec![api::Mount {
+            container_path: target.into(),
+            host_path: f.root.join("ro").to_str().unwrap().into(),
+            ..Default::default()
+        }];
+        assert!(build(&f, &c).is_ok(), "{target}");
+    }
 }
 
 #[test]
