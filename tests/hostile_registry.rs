@@ -312,8 +312,12 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// A one-file uncompressed layer (its digest is its diff ID).
 fn layer_tar() -> Vec<u8> {
+    one_file_tar("etc/marker", b"hostile registry test\n")
+}
+
+/// An uncompressed tar holding `data` at `path`, root-owned, mode 0644, mtime 0.
+fn one_file_tar(path: &str, data: &[u8]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
-    let data = b"hostile registry test\n";
     let mut header = tar::Header::new_gnu();
     header.set_size(data.len() as u64);
     header.set_mode(0o644);
@@ -322,7 +326,7 @@ fn layer_tar() -> Vec<u8> {
     header.set_mtime(0);
     header.set_entry_type(tar::EntryType::Regular);
     header.set_cksum();
-    builder.append_data(&mut header, "etc/marker", &data[..]).unwrap();
+    builder.append_data(&mut header, path, data).unwrap();
     builder.into_inner().unwrap()
 }
 
@@ -427,6 +431,22 @@ async fn refused_bounded(daemon: &Daemon, registry: &Hostile, image: &str, names
         sent >> 20
     );
     assert_refused(result, image, names);
+}
+
+/// Only the built-in (pinned) pause image is listed: a refused pull recorded nothing.
+async fn assert_no_image_kept(daemon: &Daemon) {
+    let images = daemon
+        .images()
+        .await
+        .list_images(api::ListImagesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .images;
+    assert!(
+        images.iter().all(|i| i.pinned),
+        "only the built-in pause image: {images:?}"
+    );
 }
 
 fn assert_bounded(daemon: &Daemon, before_kib: u64, what: &str) {
@@ -767,18 +787,7 @@ async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
     assert_ne!(err.code(), Code::Internal, "{err:?}");
 
     // None of it was kept, and the daemon still pulls a good image.
-    let images = daemon
-        .images()
-        .await
-        .list_images(api::ListImagesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .images;
-    assert!(
-        images.iter().all(|i| i.pinned),
-        "only the built-in pause image: {images:?}"
-    );
+    assert_no_image_kept(&daemon).await;
     serve_good_image(&registry, "hostile/after");
     pull(&daemon, &registry.image("hostile/after"))
         .await
@@ -805,19 +814,7 @@ async fn credentials_never_follow_a_redirect_or_a_foreign_url_to_another_host() 
     // descriptor lists a URL on the CDN and the registry does not have it.
     let layer = layer_tar();
     let digest = sha256(&layer);
-    let foreign = {
-        let mut b = tar::Builder::new(Vec::new());
-        let mut h = tar::Header::new_gnu();
-        h.set_size(4);
-        h.set_mode(0o644);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(0);
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_cksum();
-        b.append_data(&mut h, "etc/foreign", &b"cdn\n"[..]).unwrap();
-        b.into_inner().unwrap()
-    };
+    let foreign = one_file_tar("etc/foreign", b"cdn\n");
     let foreign_digest = sha256(&foreign);
     let repo = "hostile/private";
     let config = config_json(&[digest.clone(), foreign_digest.clone()]);
@@ -920,13 +917,5 @@ async fn a_dripping_registry_is_cut_at_the_callers_deadline() {
     }
     let sent = registry.shared.sent.load(Ordering::SeqCst);
     assert!(sent < layer.len() as u64, "{sent} bytes dripped: the whole layer");
-    let images = daemon
-        .images()
-        .await
-        .list_images(api::ListImagesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .images;
-    assert!(images.iter().all(|i| i.pinned), "{images:?}");
+    assert_no_image_kept(&daemon).await;
 }

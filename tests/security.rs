@@ -379,16 +379,7 @@ async fn exec_sync_ends_by_its_timeout_whatever_the_command_leaves_behind() {
     // into a probe timeout), the daemon's memory unmoved by what was written.
     // The daemon's resident memory, sampled every 5 ms while the exec runs (its lifetime peak,
     // VmHWM, may have been set earlier by a pull).
-    let rss = |pid: i32| -> u64 {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-            .unwrap_or(0)
-    };
+    let rss = |pid: i32| common::status_kib(pid, "VmRSS").unwrap_or(0);
     let pid = pod.daemon.pid().as_raw();
     let before = rss(pid);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -104,12 +104,7 @@ impl Daemon {
 
     /// The daemon's peak resident memory (VmHWM), KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status")
+        status_kib(self.pid().as_raw(), "VmHWM").expect("VmHWM in /proc/<pid>/status")
     }
 
     fn spawn(&mut self) {
@@ -570,4 +565,13 @@ impl Drop for TestNetwork {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
     }
+}
+
+/// A `kB` field (VmRSS, VmHWM, …) of /proc/<pid>/status; None once the process is gone.
+pub fn status_kib(pid: i32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
