@@ -111,6 +111,8 @@ pub struct RegistryConfig {
 #[serde(deny_unknown_fields)]
 pub struct ImageConfig {
     pub max_concurrent_downloads: usize,
+    /// Percent of the root filesystem's space and inodes a pull leaves free.
+    pub min_free_disk_percent: u8,
     pub sandbox_image: String,
 }
 
@@ -265,6 +267,12 @@ impl Config {
             return Err(bad(
                 "image.max_concurrent_downloads",
                 format!("{} is out of range (1 to 64)", self.image.max_concurrent_downloads),
+            ));
+        }
+        if self.image.min_free_disk_percent > 50 {
+            return Err(bad(
+                "image.min_free_disk_percent",
+                format!("{} is out of range (0 to 50)", self.image.min_free_disk_percent),
             ));
         }
         let streaming = &self.streaming;

@@ -50,6 +50,7 @@ pub async fn serve(config: Config) -> Result<()> {
             root: &config.root,
             hosts_dir: &config.registry.config_path,
             max_concurrent_downloads: config.image.max_concurrent_downloads,
+            min_free_disk_percent: config.image.min_free_disk_percent,
             pinned: vec![ImageRef::parse(&config.image.sandbox_image)?.to_string()],
             held_snapshots: containers_snapshots(store.clone()),
         },

@@ -46,6 +46,9 @@ enum Body {
     Redirect(String),
     /// These bytes, announced with their Content-Length, one per `every`.
     Drip { data: Vec<u8>, every: Duration },
+    /// These bytes with their Content-Length and `Content-Encoding: coding` (what they inflate
+    /// to is the document).
+    Encoded { coding: &'static str, data: Vec<u8> },
 }
 
 impl Body {
@@ -53,7 +56,9 @@ impl Body {
     fn digest(&self) -> String {
         let mut hasher = Sha256::new();
         match self {
-            Body::Sized(b) | Body::Chunked(b) | Body::Drip { data: b, .. } => hasher.update(b),
+            Body::Sized(b) | Body::Chunked(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } => {
+                hasher.update(b)
+            }
             Body::Redirect(_) => {}
             Body::Padded { head, len, .. } => {
                 hasher.update(head);
@@ -220,7 +225,7 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     }
     let (length, chunked) = match &body {
         Body::Redirect(_) => unreachable!("answered above"),
-        Body::Sized(b) | Body::Drip { data: b, .. } => (Some(b.len() as u64), false),
+        Body::Sized(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } => (Some(b.len() as u64), false),
         Body::Chunked(_) => (None, true),
         Body::Padded { len, chunked, .. } => ((!chunked).then_some(*len), *chunked),
     };
@@ -229,7 +234,12 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
         None => "Transfer-Encoding: chunked\r\n".to_string(),
     };
     let digest = body.digest_if_small();
-    let header = format!("HTTP/1.1 200 OK\r\nContent-Type: {media_type}\r\n{framing}{digest}Connection: close\r\n\r\n");
+    let coding = match &body {
+        Body::Encoded { coding, .. } => format!("Content-Encoding: {coding}\r\n"),
+        _ => String::new(),
+    };
+    let header =
+        format!("HTTP/1.1 200 OK\r\nContent-Type: {media_type}\r\n{framing}{coding}{digest}Connection: close\r\n\r\n");
     if conn.write_all(header.as_bytes()).await.is_err() || method == "HEAD" {
         return;
     }
@@ -245,7 +255,7 @@ impl Body {
     fn digest_if_small(&self) -> String {
         match self {
             Body::Sized(_) | Body::Chunked(_) => format!("Docker-Content-Digest: {}\r\n", self.digest()),
-            Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } => String::new(),
+            Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } | Body::Encoded { .. } => String::new(),
         }
     }
 }
@@ -254,7 +264,7 @@ impl Body {
 /// reading without hanging up stalls the write: give up after a while.
 async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &AtomicU64) -> std::io::Result<()> {
     let (head, len) = match body {
-        Body::Sized(b) | Body::Chunked(b) => (b.as_slice(), b.len() as u64),
+        Body::Sized(b) | Body::Chunked(b) | Body::Encoded { data: b, .. } => (b.as_slice(), b.len() as u64),
         Body::Padded { head, len, .. } => (head.as_slice(), *len),
         Body::Redirect(_) => return Ok(()),
         Body::Drip { data, every } => {
@@ -371,12 +381,25 @@ fn serve_good_image(registry: &Hostile, repo: &str) -> Vec<u8> {
 /// Serves `repo:v1` with a good config and one layer whose descriptor says `declared` bytes
 /// and `digest`, served as `body`. The config's diff ID is `diff_id`.
 fn serve_image_with_layer(registry: &Hostile, repo: &str, declared: u64, digest: &str, diff_id: &str, body: Body) {
+    serve_image_with_typed_layer(registry, repo, LAYER, declared, digest, diff_id, body);
+}
+
+/// The same with a layer of `media_type` (compressed).
+fn serve_image_with_typed_layer(
+    registry: &Hostile,
+    repo: &str,
+    media_type: &str,
+    declared: u64,
+    digest: &str,
+    diff_id: &str,
+    body: Body,
+) {
     let config = config_json(&[diff_id.to_string()]);
     registry.blob(repo, &sha256(&config), CONFIG, Body::Sized(config.clone()));
-    registry.blob(repo, digest, LAYER, body);
+    registry.blob(repo, digest, media_type, body);
     let manifest = manifest_json(
         descriptor(CONFIG, &sha256(&config), config.len() as u64),
-        vec![descriptor(LAYER, digest, declared)],
+        vec![descriptor(media_type, digest, declared)],
     );
     registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
 }
@@ -917,5 +940,271 @@ async fn a_dripping_registry_is_cut_at_the_callers_deadline() {
     }
     let sent = registry.shared.sent.load(Ordering::SeqCst);
     assert!(sent < layer.len() as u64, "{sent} bytes dripped: the whole layer");
+    assert_no_image_kept(&daemon).await;
+}
+
+/// A tar stream compressed as it is written ("gzip" or "zstd"), its uncompressed digest (the
+/// diff ID) kept alongside.
+struct CompressedTar {
+    encoder: Encoder,
+    hasher: Sha256,
+}
+
+enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+}
+
+impl CompressedTar {
+    fn new(coding: &str) -> CompressedTar {
+        let encoder = match coding {
+            "gzip" => Encoder::Gzip(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best())),
+            "zstd" => Encoder::Zstd(zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap()),
+            other => panic!("no encoder for {other}"),
+        };
+        CompressedTar {
+            encoder,
+            hasher: Sha256::new(),
+        }
+    }
+
+    /// The compressed bytes and the diff ID.
+    fn finish(self) -> (Vec<u8>, String) {
+        let bytes = match self.encoder {
+            Encoder::Gzip(e) => e.finish().unwrap(),
+            Encoder::Zstd(e) => e.finish().unwrap(),
+        };
+        (bytes, format!("sha256:{}", hex::encode(self.hasher.finalize())))
+    }
+}
+
+impl std::io::Write for CompressedTar {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.hasher.update(buf);
+        match &mut self.encoder {
+            Encoder::Gzip(e) => e.write_all(buf)?,
+            Encoder::Zstd(e) => e.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A layer of one file of `size` zero bytes (a multiple of 512), compressed with `coding`.
+fn zero_bomb(coding: &str, size: u64) -> (Vec<u8>, String) {
+    use std::io::Write;
+    let mut out = CompressedTar::new(coding);
+    let mut header = tar::Header::new_gnu();
+    header.set_path("zeros").unwrap();
+    header.set_size(size);
+    header.set_mode(0o644);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_cksum();
+    out.write_all(header.as_bytes()).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        out.write_all(&zeros[..n]).unwrap();
+        left -= n as u64;
+    }
+    out.write_all(&[0u8; 1024]).unwrap(); // the end-of-archive blocks
+    out.finish()
+}
+
+/// A gzip layer of `count` empty files.
+fn inode_bomb(count: usize) -> (Vec<u8>, String) {
+    let mut builder = tar::Builder::new(CompressedTar::new("gzip"));
+    for i in 0..count {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(0);
+        header.set_mode(0o644);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, format!("f/{i:06}"), std::io::empty())
+            .unwrap();
+    }
+    builder.into_inner().unwrap().finish()
+}
+
+/// Free blocks and free inodes of the filesystem at `path`, with its block size.
+fn free_on(path: &std::path::Path) -> (u64, u64, u64) {
+    let stat = nix::sys::statvfs::statvfs(path).unwrap();
+    (stat.blocks_available(), stat.files_available(), stat.fragment_size())
+}
+
+/// (i) Decompression bombs onto a disk the test can fill: layers that inflate to 256 MiB of
+/// zeros (about 256 KiB of gzip, a few KiB of zstd) and a layer of 100 000 empty files, pulled
+/// onto a root on a 128 MiB tmpfs with 60 000 inodes. Each pull stops with ResourceExhausted
+/// naming the reserve (`[image] min_free_disk_percent`, 5%) before the filesystem is full (it
+/// is watched throughout), what it unpacked is gone, the daemon's memory did not follow, and a
+/// good image pulls after. Without the reserve the disk fills (ENOSPC), and the pods on it with
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decompression_bombs_stop_at_the_disk_reserve() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start_on_tmpfs("", "size=128m,nr_inodes=60000,mode=0700");
+    let root = daemon.root.clone();
+    let bombs = [
+        (
+            "zeros-gzip",
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            zero_bomb("gzip", 256 << 20),
+            "MiB",
+        ),
+        (
+            "zeros-zstd",
+            "application/vnd.oci.image.layer.v1.tar+zstd",
+            zero_bomb("zstd", 256 << 20),
+            "MiB",
+        ),
+        (
+            "files",
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            inode_bomb(100_000),
+            "inodes",
+        ),
+    ];
+    for (name, media_type, (layer, diff_id), what_ran_out) in bombs {
+        let repo = format!("hostile/bomb-{name}");
+        let digest = sha256(&layer);
+        eprintln!("{repo}: {} bytes compressed", layer.len());
+        let layer_len = layer.len() as u64;
+        serve_image_with_typed_layer(
+            &registry,
+            &repo,
+            media_type,
+            layer_len,
+            &digest,
+            &diff_id,
+            Body::Sized(layer),
+        );
+        let (blocks_before, inodes_before, block) = free_on(&root);
+
+        // Watched every 2 ms while the pull runs: the lowest free space and inodes seen.
+        let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let watcher = {
+            let (root, watching) = (root.clone(), watching.clone());
+            std::thread::spawn(move || {
+                let mut lowest = (u64::MAX, u64::MAX);
+                while watching.load(Ordering::SeqCst) {
+                    let (blocks, inodes, _) = free_on(&root);
+                    lowest = (lowest.0.min(blocks), lowest.1.min(inodes));
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                lowest
+            })
+        };
+        let before_rss = daemon.peak_rss_kib();
+        let started = std::time::Instant::now();
+        let result = pull(&daemon, &registry.image(&repo)).await;
+        watching.store(false, Ordering::SeqCst);
+        let (lowest_blocks, lowest_inodes) = watcher.join().unwrap();
+        eprintln!(
+            "{repo}: {result:?} after {:?}; lowest free seen {} MiB, {lowest_inodes} inodes",
+            started.elapsed(),
+            (lowest_blocks * block) >> 20
+        );
+        let err = result.expect_err("a bomb must not pull");
+        assert_eq!(err.code(), Code::ResourceExhausted, "{repo}: {err:?}");
+        for needle in ["min_free_disk_percent", &digest, what_ran_out] {
+            assert!(
+                err.message().contains(needle),
+                "{repo}: must say {needle:?}: {}",
+                err.message()
+            );
+        }
+        assert!(lowest_blocks > 0 && lowest_inodes > 0, "{repo}: the disk filled up");
+        assert_bounded(&daemon, before_rss, &repo);
+
+        // What the pull unpacked is gone; at most its compressed download stays (to resume).
+        let (blocks_after, inodes_after, _) = free_on(&root);
+        let kept = blocks_before.saturating_sub(blocks_after) * block;
+        assert!(kept <= layer_len + (1 << 20), "{repo}: {kept} bytes stay on the disk");
+        assert!(
+            inodes_before - inodes_after.min(inodes_before) <= 4,
+            "{repo}: inodes stay used"
+        );
+    }
+    assert_no_image_kept(&daemon).await;
+    serve_good_image(&registry, "hostile/after-bombs");
+    pull(&daemon, &registry.image("hostile/after-bombs"))
+        .await
+        .expect("a good image after the bombs");
+}
+
+/// (j) Documents sent compressed (`Content-Encoding`), which scute asks registries not to do
+/// (Accept-Encoding: identity): a manifest that inflates to 256 MiB, as gzip and as zstd, is
+/// refused unread naming the coding, and a config sent gzip-encoded is refused from its length,
+/// never inflated. The daemon's memory does not follow what they inflate to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_sent_compressed_are_never_inflated() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let manifest = serve_good_image(&registry, "hostile/encoded");
+    let mut padded = manifest.clone();
+    padded.resize(256 << 20, b' ');
+    for coding in ["gzip", "zstd"] {
+        let data = match coding {
+            "gzip" => {
+                use std::io::Write;
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                e.write_all(&padded).unwrap();
+                e.finish().unwrap()
+            }
+            _ => zstd::bulk::compress(&padded, 1).unwrap(),
+        };
+        let repo = format!("hostile/encoded-{coding}");
+        serve_good_image(&registry, &repo);
+        registry.manifest(&repo, "v1", MANIFEST, Body::Encoded { coding, data });
+        let image = registry.image(&repo);
+        let before = daemon.peak_rss_kib();
+        refused(&daemon, &image, &["Content-Encoding", coding]).await;
+        assert_bounded(&daemon, before, &image);
+    }
+    drop(padded);
+
+    // A config whose 4 MiB (under the 8 MiB cap) go out as a few KiB of gzip.
+    let layer = layer_tar();
+    let mut config = config_json(&[sha256(&layer)]);
+    config.resize(4 << 20, b' ');
+    let gzipped = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&config).unwrap();
+        e.finish().unwrap()
+    };
+    let repo = "hostile/encoded-config";
+    registry.blob(repo, &sha256(&layer), LAYER, Body::Sized(layer.clone()));
+    registry.blob(
+        repo,
+        &sha256(&config),
+        CONFIG,
+        Body::Encoded {
+            coding: "gzip",
+            data: gzipped,
+        },
+    );
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(&config), config.len() as u64),
+        vec![descriptor(LAYER, &sha256(&layer), layer.len() as u64)],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
+    refused(
+        &daemon,
+        &registry.image(repo),
+        &[&format!("config {}", sha256(&config))],
+    )
+    .await;
     assert_no_image_kept(&daemon).await;
 }

@@ -13,6 +13,7 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use tokio::sync::mpsc;
 
 use super::content::ContentStore;
+use super::disk_reserve::is_disk_full;
 
 use super::registry::{Remote, Resolved};
 use super::{ImageManager, PullError};
@@ -186,13 +187,21 @@ impl ImageManager {
         // Writing and hashing run off the async workers, as a layer's download does.
         let (tx, mut rx) = mpsc::channel::<Bytes>(32);
         let (store, digest, size, label) = (self.content_root.clone(), file.digest.clone(), file.size, what.clone());
+        let meter = self.disk_reserve.meter();
         let writer = tokio::task::spawn_blocking(move || {
             let content = ContentStore::open(&store).map_err(|e| PullError::Remote(e.to_string()))?;
+            let no_space = |e: &dyn std::fmt::Display| PullError::NoSpace(format!("{label}: {e}"));
             while let Some(chunk) = rx.blocking_recv() {
                 if ingest.written() + chunk.len() as u64 > size {
                     return Err(super::registry::more_than_declared(&label, size));
                 }
-                ingest.append(&chunk).map_err(|e| PullError::Remote(e.to_string()))?;
+                meter.charge(chunk.len() as u64).map_err(|e| no_space(&e))?;
+                ingest
+                    .append(&chunk)
+                    .map_err(|e| match e.io_error().is_some_and(is_disk_full) {
+                        true => no_space(&e),
+                        false => PullError::Remote(e.to_string()),
+                    })?;
             }
             if ingest.written() < size {
                 return Err(super::registry::fewer_than_declared(&label, ingest.written(), size));

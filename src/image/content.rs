@@ -25,6 +25,16 @@ pub enum ContentError {
     Io { path: PathBuf, source: io::Error },
 }
 
+impl ContentError {
+    /// The OS error underneath, if it is one.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            ContentError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ContentError + '_ {
     move |source| ContentError::Io {
         path: path.to_path_buf(),

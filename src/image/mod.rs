@@ -7,6 +7,7 @@
 
 mod artifact;
 pub mod content;
+mod disk_reserve;
 pub mod hosts;
 pub mod pause;
 mod pull;
@@ -25,6 +26,7 @@ use crate::keyed_lock::KeyedLocks;
 use crate::snapshot::{SnapshotRecord, Snapshotter};
 use crate::store::{self, Kind, Store};
 use content::ContentStore;
+use disk_reserve::DiskReserve;
 use record::ImageRecord;
 
 pub use pull::PullProgress;
@@ -48,6 +50,9 @@ pub enum PullError {
     Config(String),
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The disk reserve was reached, or the disk is full.
+    #[error("{0}")]
+    NoSpace(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +83,7 @@ pub struct ImageManager {
     snapshots: Snapshotter,
     hosts_dir: PathBuf,
     max_concurrent_downloads: usize,
+    disk_reserve: DiskReserve,
     /// Images named here are reported pinned (the kubelet never garbage-collects them).
     pinned: Vec<String>,
     /// One pull per reference at a time; one download per layer at a time.
@@ -103,6 +109,8 @@ pub struct ImageManagerConfig<'a> {
     pub root: &'a Path,
     pub hosts_dir: &'a Path,
     pub max_concurrent_downloads: usize,
+    /// What a pull leaves free on `root`'s filesystem (`[image] min_free_disk_percent`).
+    pub min_free_disk_percent: u8,
     pub pinned: Vec<String>,
     pub held_snapshots: HeldSnapshots,
 }
@@ -117,6 +125,7 @@ impl ImageManager {
             store,
             hosts_dir: config.hosts_dir.to_path_buf(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
+            disk_reserve: DiskReserve::new(config.root, config.min_free_disk_percent),
             pinned: config.pinned,
             ref_locks: KeyedLocks::default(),
             layer_locks: KeyedLocks::default(),

@@ -17,6 +17,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::content::{ContentError, Ingest};
+use super::disk_reserve::{is_disk_full, DiskMeter, Metered};
 use super::record::{ImageConfig, ImageRecord, LayerRecord};
 use super::registry::{Credentials, Remote};
 use super::unpack::{self, UnpackError};
@@ -198,17 +199,19 @@ impl ImageManager {
         let decoder = Decoder::for_media_type(&layer.media_type)?;
         let pending = self.snapshots.prepare().map_err(io)?;
         let dest = pending.fs();
+        // The download and the unpack both write to the disk the reserve protects.
+        let meter = Arc::new(self.disk_reserve.meter());
         let unpacked_bytes = if self.content.has(&layer.digest) {
             let blob = self.content.blob_path(&layer.digest);
-            let (expected, dest) = (layer.clone(), dest.clone());
+            let (expected, dest, meter) = (layer.clone(), dest.clone(), meter.clone());
             tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
-                unpack_verified(file, decoder, &dest, &expected)
+                unpack_verified(file, decoder, &dest, &expected, &meter)
             })
             .await
             .map_err(|e| PullError::Remote(e.to_string()))??
         } else {
-            self.download_and_unpack(remote, descriptor, layer, decoder, dest)
+            self.download_and_unpack(remote, descriptor, layer, decoder, dest, meter)
                 .await?
         };
         self.snapshots.commit(pending, &layer.chain_id).map_err(io)?;
@@ -253,6 +256,7 @@ impl ImageManager {
         layer: &LayerRecord,
         decoder: Decoder,
         dest: std::path::PathBuf,
+        meter: Arc<DiskMeter>,
     ) -> Result<u64, PullError> {
         let Some(mut ingest) = self.open_ingest(&layer.digest).await? else {
             // Another writer finished this blob while we waited for its lock.
@@ -260,7 +264,7 @@ impl ImageManager {
             let expected = layer.clone();
             return tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
-                unpack_verified(file, decoder, &dest, &expected)
+                unpack_verified(file, decoder, &dest, &expected, &meter)
             })
             .await
             .map_err(|e| PullError::Remote(e.to_string()))?;
@@ -296,6 +300,7 @@ impl ImageManager {
                 pending: Bytes::new(),
                 violation: None,
                 what,
+                meter,
             };
             let (unpacked, source) = unpack_download(source, decoder, &dest, &expected)?;
             source
@@ -375,6 +380,7 @@ struct DownloadSource {
     /// unpacker made of the failed read.
     violation: Option<PullError>,
     what: String,
+    meter: Arc<DiskMeter>,
 }
 
 impl DownloadSource {
@@ -408,7 +414,13 @@ impl Read for DownloadSource {
                         let e = super::registry::more_than_declared(&self.what, self.limit);
                         return Err(self.violate(e));
                     }
-                    self.ingest.append(&chunk).map_err(io::Error::other)?;
+                    self.meter.charge(chunk.len() as u64)?;
+                    if let Err(e) = self.ingest.append(&chunk) {
+                        return Err(match e.io_error().filter(|e| is_disk_full(e)) {
+                            Some(_) => self.violate(PullError::NoSpace(format!("{}: {e}", self.what))),
+                            None => io::Error::other(e),
+                        });
+                    }
                     self.pending = chunk;
                 }
             }
@@ -429,25 +441,35 @@ fn unpack_download(
     if source.ingest.resumed() > 0 {
         source.replay = Some(source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?);
     }
-    match unpack_verified(&mut source, decoder, dest, expected) {
+    let meter = source.meter.clone();
+    match unpack_verified(&mut source, decoder, dest, expected, &meter) {
         Ok(unpacked) => Ok((unpacked, source)),
         Err(e) => Err(source.violation.take().unwrap_or(e)),
     }
 }
 
 /// Decompresses and unpacks `compressed` into `dest`, reading it to the end and checking the
-/// uncompressed stream against the layer's diff ID.
+/// uncompressed stream against the layer's diff ID. What it unpacks is charged to `meter`.
 fn unpack_verified<R: Read>(
     mut compressed: R,
     decoder: Decoder,
     dest: &std::path::Path,
     expected: &LayerRecord,
+    meter: &DiskMeter,
 ) -> Result<u64, PullError> {
     let layer_err = |e: UnpackError| match e {
+        _ if meter.tripped().is_some() => PullError::NoSpace(format!(
+            "layer {}: {}",
+            expected.digest,
+            meter.tripped().unwrap_or_default()
+        )),
         UnpackError::Hostile { entry, reason } => PullError::Hostile {
             layer: expected.digest.to_string(),
             reason: format!("{entry}: {reason}"),
         },
+        UnpackError::Io { entry, source } if is_disk_full(&source) => {
+            PullError::NoSpace(format!("layer {}: writing {entry}: {source}", expected.digest))
+        }
         other => PullError::Remote(format!("layer {}: {other}", expected.digest)),
     };
     let (stats, diff_id) = {
@@ -460,7 +482,10 @@ fn unpack_verified<R: Read>(
             Decoder::Plain => Box::new(&mut compressed),
         };
         let mut hashing = HashingReader {
-            inner: decompressed,
+            inner: Metered {
+                inner: decompressed,
+                meter,
+            },
             hasher: Sha256::new(),
         };
         let stats = unpack::unpack_layer(&mut hashing, dest).map_err(layer_err)?;

@@ -236,7 +236,10 @@ impl Remote {
             let request = endpoint
                 .http
                 .get(&url)
-                .header(reqwest::header::ACCEPT, ACCEPTED_MANIFESTS.join(", "));
+                .header(reqwest::header::ACCEPT, ACCEPTED_MANIFESTS.join(", "))
+                // Said outright: without it any coding is acceptable (RFC 9110), and a body to
+                // inflate is a bomb the size cap could only catch after inflating.
+                .header(reqwest::header::ACCEPT_ENCODING, "identity");
             match (token, &endpoint.auth) {
                 (Some(token), _) => request.bearer_auth(token),
                 (None, RegistryAuth::Basic(user, password)) if basic => request.basic_auth(user, Some(password)),
@@ -253,6 +256,17 @@ impl Remote {
         }
         if !response.status().is_success() {
             return Err(self.status_error(&url, response).await);
+        }
+        if let Some(coding) = response
+            .headers()
+            .get(reqwest::header::CONTENT_ENCODING)
+            .filter(|c| !c.as_bytes().eq_ignore_ascii_case(b"identity"))
+        {
+            return Err(PullError::Integrity(format!(
+                "{what}: the registry sent it with Content-Encoding {}, which scute asked it not to \
+                 (Accept-Encoding: identity); refused unread",
+                String::from_utf8_lossy(coding.as_bytes())
+            )));
         }
         let header_type = response
             .headers()

@@ -242,6 +242,7 @@ fn image_code(e: &ImageError) -> Code {
             PullError::Integrity(_) | PullError::Hostile { .. } => Code::FailedPrecondition,
             PullError::Config(_) => Code::FailedPrecondition,
             PullError::Unsupported(_) => Code::InvalidArgument,
+            PullError::NoSpace(_) => Code::ResourceExhausted,
         },
         ImageError::Store(e) => store_code(e),
         ImageError::Content(_) | ImageError::Io(_) => Code::Internal,

@@ -43,6 +43,8 @@ pub struct Daemon {
     pub socket: PathBuf,
     pub cni_conf_dir: PathBuf,
     extra_args: Vec<String>,
+    /// `root` is a filesystem the test mounted (start_on_tmpfs), unmounted last.
+    root_mounted: bool,
 }
 
 impl Daemon {
@@ -53,6 +55,30 @@ impl Daemon {
     }
 
     pub fn start_with_args(extra_toml: &str, extra_args: &[&str]) -> Daemon {
+        let mut daemon = Daemon::configure(extra_toml, extra_args);
+        daemon.spawn();
+        daemon
+    }
+
+    /// Like `start`, with `root` on its own tmpfs mounted with `options` ("size=512m"): a disk
+    /// a test can fill.
+    pub fn start_on_tmpfs(extra_toml: &str, options: &str) -> Daemon {
+        let mut daemon = Daemon::configure(extra_toml, &[]);
+        std::fs::create_dir_all(&daemon.root).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &daemon.root,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(options),
+        )
+        .expect("mount a tmpfs for the daemon's root");
+        daemon.root_mounted = true;
+        daemon.spawn();
+        daemon
+    }
+
+    fn configure(extra_toml: &str, extra_args: &[&str]) -> Daemon {
         let mut extra_args: Vec<&str> = extra_args.to_vec();
         if systemd_driver() {
             extra_args.extend(["--cgroup-driver", "systemd"]);
@@ -72,7 +98,7 @@ impl Daemon {
             certs = dir.path().join("certs.d"),
         );
         std::fs::write(&config_path, config).unwrap();
-        let mut daemon = Daemon {
+        Daemon {
             child: None,
             dir,
             config_path,
@@ -81,9 +107,8 @@ impl Daemon {
             socket,
             cni_conf_dir,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-        };
-        daemon.spawn();
-        daemon
+            root_mounted: false,
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -234,7 +259,9 @@ impl Drop for Daemon {
         // A daemon that was running had every pod removed: what is still there leaked, a bug in
         // scute. After a test that failed, or one that left the daemon killed, it is only
         // cleaned up.
-        let left = sweep_leftovers(self.dir.path());
+        let mut left = sweep_leftovers(self.dir.path());
+        // The sweep unmounted the test's own root filesystem last (deepest first).
+        left.retain(|l| !(self.root_mounted && *l == format!("mount {}", self.root.display())));
         if was_running && !left.is_empty() && !std::thread::panicking() {
             panic!(
                 "left behind after every pod was removed and the daemon stopped: {left:#?}\n{}",
