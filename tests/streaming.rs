@@ -700,3 +700,128 @@ async fn sessions_are_bounded_in_number_and_idle_time() {
     assert_eq!(exit_code_of(&read_all(&mut error).await), 0);
     pod.remove_all().await;
 }
+
+/// Descriptors a process holds.
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Thousands of streaming requests (containerd CVE-2022-31030 and CVE-2025-64329 grew the
+/// daemon's memory through streaming): 2000 Exec RPCs at once park at most 1000 URLs (the
+/// kubelet's cache size), the others are ResourceExhausted naming the limit; 64 clients then
+/// connect at once for `max_sessions` = 16: 16 sessions run their process in the container,
+/// the rest are answered 503; the daemon's and the shim's memory stay within the bounds below,
+/// ExecSync on the same container answers meanwhile, and once the clients go their processes
+/// go and the shim's descriptors are back where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_streaming_requests_stay_bounded() {
+    const REQUESTS: usize = 2000;
+    const PARKED: usize = 1000;
+    const SESSIONS: usize = 16;
+    const CLIENTS: usize = 64;
+    let pod = common::pod::pod_full("crowd", None, "[streaming]\nmax_sessions = 16\n", "").await;
+    let id = idle_container(&pod, "idle").await;
+    let daemon_pid = pod.daemon.pid().as_raw();
+    let shims = common::shims_of(pod.daemon.dir());
+    assert_eq!(shims.len(), 1, "{shims:?}");
+    let shim = shims[0].0;
+    let daemon_before = common::status_kib(daemon_pid, "VmHWM").unwrap();
+    let (shim_rss_before, shim_fds_before) = (common::status_kib(shim, "VmRSS").unwrap(), fd_count(shim));
+
+    let client = pod.daemon.runtime().await;
+    let cmd: Vec<String> = ["sh", "-c", "echo started; exec sleep 4244"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let requests = (0..REQUESTS).map(|_| {
+        let mut client = client.clone();
+        let request = api::ExecRequest {
+            container_id: id.clone(),
+            cmd: cmd.clone(),
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        };
+        async move { client.exec(request).await.map(|r| r.into_inner().url) }
+    });
+    let results = futures_util::stream::iter(requests)
+        .buffer_unordered(200)
+        .collect::<Vec<_>>()
+        .await;
+    let (urls, refused): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
+    let urls: Vec<String> = urls.into_iter().map(Result::unwrap).collect();
+    assert_eq!(urls.len(), PARKED, "URLs parked");
+    for status in refused.into_iter().map(Result::unwrap_err) {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains(&PARKED.to_string()), "{}", status.message());
+    }
+
+    // The crowd connects at once: as many sessions as allowed, each with its process running.
+    let upgrades = urls[..CLIENTS]
+        .iter()
+        .map(|url| spdy_upgrade(url, &["v4.channel.k8s.io"]));
+    let answers = futures_util::future::join_all(upgrades).await;
+    let mut sessions = Vec::new();
+    let mut turned_away = 0;
+    for (status, _, tcp) in answers {
+        match status {
+            101 => {
+                let (conn, incoming) = Connection::new(tcp, Role::Client);
+                let error = open(&conn, "error", &[]).await;
+                let mut stdout = open(&conn, "stdout", &[]).await;
+                let stderr = open(&conn, "stderr", &[]).await;
+                read_until(&mut stdout.0, "started").await;
+                sessions.push((conn, incoming, error, stdout, stderr));
+            }
+            503 => turned_away += 1,
+            other => panic!("an upgrade answered {other}"),
+        }
+    }
+    assert_eq!(sessions.len(), SESSIONS, "sessions running");
+    assert_eq!(turned_away, CLIENTS - SESSIONS, "clients turned away");
+    async fn sleepers(pod: &Pod, id: &str) -> usize {
+        let out = pod
+            .exec(id, &["ps", "-o", "args"], 10)
+            .await
+            .expect("ExecSync meanwhile");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("sleep 4244"))
+            .count()
+    }
+    assert_eq!(sleepers(&pod, &id).await, SESSIONS);
+
+    let daemon_growth = common::status_kib(daemon_pid, "VmHWM")
+        .unwrap()
+        .saturating_sub(daemon_before);
+    let shim_growth = common::status_kib(shim, "VmRSS")
+        .unwrap()
+        .saturating_sub(shim_rss_before);
+    eprintln!(
+        "{REQUESTS} Exec requests, {SESSIONS} sessions: daemon peak RSS +{daemon_growth} KiB, \
+         shim RSS +{shim_growth} KiB ({} fds, {shim_fds_before} before)",
+        fd_count(shim)
+    );
+    assert!(daemon_growth < 32 << 10, "the daemon grew by {daemon_growth} KiB");
+    assert!(shim_growth < 4 << 10, "the shim grew by {shim_growth} KiB");
+
+    // The clients go: their processes, and the shim's descriptors for them, go too.
+    drop(sessions);
+    let mut settled = false;
+    for _ in 0..100 {
+        if sleepers(&pod, &id).await == 0 && fd_count(shim) <= shim_fds_before {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        settled,
+        "after the clients left: {} sessions' processes, {} shim fds ({shim_fds_before} before)",
+        sleepers(&pod, &id).await,
+        fd_count(shim)
+    );
+    pod.remove_all().await;
+}
