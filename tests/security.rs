@@ -526,3 +526,47 @@ async fn masking_binds_the_real_dev_null_whatever_the_image_has() {
     refused(pod.create(c).await, &["/proc/sys/kernel/core_pattern", "/proc"]);
     pod.remove_all().await;
 }
+
+/// An image whose /proc and /sys are symlinks (to a directory of look-alike files in the image,
+/// and to /etc): procfs and sysfs are mounted where the container looks, on the container's
+/// own mount points, never through the links (runc CVE-2025-52881 redirected procfs writes);
+/// the look-alikes and the link targets are untouched and the masks still apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proc_and_sys_are_the_kernels_whatever_the_image_links() {
+    use std::os::unix::fs::symlink;
+    let pod = pod("proclink").await;
+    let image = custom_image(pod.registry(), "proc-symlink", None, |root| {
+        for dir in ["proc", "sys"] {
+            let _ = std::fs::remove_dir_all(root.join(dir));
+        }
+        std::fs::create_dir_all(root.join("fakeproc/sys/kernel")).unwrap();
+        std::fs::write(root.join("fakeproc/keys"), "fake keys\n").unwrap();
+        std::fs::write(root.join("fakeproc/sys/kernel/hostname"), "fake\n").unwrap();
+        symlink("/fakeproc", root.join("proc")).unwrap();
+        symlink("/etc", root.join("sys")).unwrap();
+    });
+    pull(&pod, &image).await;
+    let script = "\
+        echo \"proc is $(stat -f -c %T /proc)\"; echo \"sys is $(stat -f -c %T /sys)\"; \
+        test -L /proc || echo proc-not-a-link; \
+        echo \"self $(cat /proc/self/comm)\"; \
+        echo \"/proc/keys $(cat /proc/keys 2>/dev/null | wc -c) bytes\"; \
+        cat /fakeproc/keys /fakeproc/sys/kernel/hostname; \
+        echo done";
+    let id = pod.run(with_image(container("p", script), &image)).await;
+    let status = pod.wait_exited(&id).await;
+    let log = pod.wait_log("p", "done").await;
+    assert_eq!(status.exit_code, 0, "{log}");
+    for want in [
+        "proc is proc",
+        "sys is sysfs",
+        "proc-not-a-link",
+        "self cat",
+        "/proc/keys 0 bytes",
+        "fake keys",
+        "fake\n",
+    ] {
+        assert!(log.contains(want), "{want:?} not in {log}");
+    }
+    pod.remove_all().await;
+}

@@ -354,10 +354,10 @@ impl SandboxManager {
         crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
             .map_err(failed("mounting the sandbox image"))?;
         // `image.sandbox_image` may name any image.
-        if let Some(what) =
-            crate::snapshot::rootfs::settle_dev(&rootfs).map_err(failed("settling the sandbox image's /dev"))?
-        {
-            tracing::warn!(sandbox = %id, "the sandbox image's /dev is {what}: replaced by a directory in the pod's layer");
+        let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
+            .map_err(failed("settling the sandbox image's /dev, /proc and /sys"))?;
+        for what in replaced {
+            tracing::warn!(sandbox = %id, "in the sandbox image, {what}: replaced by a directory in the pod's layer");
         }
         let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
         let spec = pause_spec(&SandboxSpec {

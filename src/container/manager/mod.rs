@@ -438,8 +438,10 @@ impl ContainerManager {
             _ => crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
                 .map_err(failed("mounting the container's rootfs"))?,
         }
-        if let Some(what) = crate::snapshot::rootfs::settle_dev(&rootfs).map_err(failed("settling the image's /dev"))? {
-            tracing::warn!(container = %record.id, image = %image.id, "the image's /dev is {what}: replaced by a directory in the container's layer");
+        let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
+            .map_err(failed("settling the image's /dev, /proc and /sys"))?;
+        for what in replaced {
+            tracing::warn!(container = %record.id, image = %image.id, "in the image, {what}: replaced by a directory in the container's layer");
         }
         let cdi_devices = CdiRegistry::requested(&config.cdi_devices, &config.annotations)?;
         let mut spec = container_spec(&ContainerSpec {
