@@ -1,7 +1,8 @@
 // 1. Compiles proto/runtime/v1/api.proto (CRI v1) into tonic server and client code. protoc comes
 //    from protoc-bin-vendored so a fresh machine needs no system protobuf package.
 //    proto/shim/v1/shim.proto (daemon <-> scute-shim) becomes messages only;
-//    proto/deviceplugin/v1beta1/api.proto (the kubelet's) is for the tests' device plugin.
+//    proto/deviceplugin/v1beta1/api.proto (the kubelet's) is for the tests' device plugin;
+//    proto/scute/admin/v1/admin.proto is scute's operator API (`scute pulls`).
 // 2. Builds the static pause binary (images/pause) that the daemon embeds as its pause image, so
 //    a node can run pods with no registry at all. It is built by a nested cargo into its own
 //    target dir (no lock shared with this build), with crt-static for this target only.
@@ -17,6 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .compile_protos(&["proto/runtime/v1/api.proto"], &["proto"])?;
+    // scute's operator API (`scute pulls`), served beside CRI on the same socket.
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_protos(&["proto/scute/admin/v1/admin.proto"], &["proto"])?;
     // The kubelet's device plugin API, for the tests' device plugin (tests/common/device_plugin.rs).
     tonic_prost_build::configure()
         .build_server(true)

@@ -16,3 +16,38 @@ pub async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> 
         }))
         .await
 }
+
+/// `scute pulls`: the daemon's pulls in flight, one line each, read from the Admin service on
+/// `socket`.
+pub async fn pulls_report(socket: &Path) -> anyhow::Result<String> {
+    use crate::admin_api::{admin_client::AdminClient, ListPullsRequest};
+    let channel = connect(socket)
+        .await
+        .map_err(|e| anyhow::anyhow!("connecting to {}: {e} (is scute serving there?)", socket.display()))?;
+    let pulls = AdminClient::new(channel)
+        .list_pulls(ListPullsRequest {})
+        .await
+        .map_err(|e| anyhow::anyhow!("ListPulls: {}", e.message()))?
+        .into_inner()
+        .pulls;
+    let mut out = String::from("IMAGE\tPHASE\tBYTES\tLAYERS\tELAPSED\tIDLE\n");
+    for p in &pulls {
+        let percent = (p.bytes_total > 0).then(|| format!(" ({}%)", p.bytes_done * 100 / p.bytes_total));
+        out.push_str(&format!(
+            "{}\t{}\t{}/{}{}\t{}/{}\t{:.1}s\t{:.1}s\n",
+            p.image,
+            p.phase,
+            p.bytes_done,
+            p.bytes_total,
+            percent.unwrap_or_default(),
+            p.layers_done,
+            p.layers_total,
+            p.elapsed_ms as f64 / 1000.0,
+            p.idle_ms as f64 / 1000.0,
+        ));
+    }
+    if pulls.is_empty() {
+        out.push_str("(no pull in flight)\n");
+    }
+    Ok(out)
+}

@@ -113,6 +113,8 @@ pub struct ImageConfig {
     pub max_concurrent_downloads: usize,
     /// Percent of the root filesystem's space and inodes a pull leaves free.
     pub min_free_disk_percent: u8,
+    /// Seconds without progress after which a pull is aborted; 0: never.
+    pub pull_progress_timeout_seconds: u64,
     pub sandbox_image: String,
 }
 

@@ -22,7 +22,7 @@ use crate::events::{Events, PodContainers};
 use crate::image::{ImageManager, ImageManagerConfig};
 use crate::sandbox::manager::SandboxManager;
 use crate::sandbox::record::SandboxState;
-use crate::server::{image_service_server, runtime_service_server, Cri, CriService};
+use crate::server::{admin_server, image_service_server, runtime_service_server, Cri, CriService};
 use crate::store::Store;
 use crate::streaming::StreamingServer;
 
@@ -51,6 +51,7 @@ pub async fn serve(config: Config) -> Result<()> {
             hosts_dir: &config.registry.config_path,
             max_concurrent_downloads: config.image.max_concurrent_downloads,
             min_free_disk_percent: config.image.min_free_disk_percent,
+            pull_progress_timeout: std::time::Duration::from_secs(config.image.pull_progress_timeout_seconds),
             pinned: vec![ImageRef::parse(&config.image.sandbox_image)?.to_string()],
             held_snapshots: containers_snapshots(store.clone()),
         },
@@ -97,7 +98,7 @@ pub async fn serve(config: Config) -> Result<()> {
     .await?;
 
     if !config.metrics.address.is_empty() {
-        let (sandboxes, containers) = (sandboxes.clone(), containers.clone());
+        let (sandboxes, containers, images) = (sandboxes.clone(), containers.clone(), images.clone());
         let live = move || crate::metrics::Live {
             sandboxes_ready: sandboxes
                 .list()
@@ -107,6 +108,18 @@ pub async fn serve(config: Config) -> Result<()> {
                 .list_records()
                 .map(|all| all.iter().filter(|c| c.state == ContainerState::Running).count())
                 .unwrap_or(0),
+            pulls: images
+                .pulls()
+                .into_iter()
+                .map(|p| crate::metrics::PullProgress {
+                    image: p.image,
+                    phase: p.phase.as_str(),
+                    bytes_done: p.bytes_done,
+                    bytes_total: p.bytes_total,
+                    layers_done: p.layers_done,
+                    layers_total: p.layers_total,
+                })
+                .collect(),
         };
         crate::metrics::serve(&config.metrics.address, live, shutdown_rx.clone()).await?;
     }
@@ -158,7 +171,8 @@ pub async fn serve(config: Config) -> Result<()> {
             image_service_server(service.clone())
                 .max_decoding_message_size(recv_max)
                 .max_encoding_message_size(send_max),
-        );
+        )
+        .add_service(admin_server(service.clone()));
     let mut rx = shutdown_rx.clone();
     servers.spawn(
         router.serve_with_incoming_shutdown(UnixListenerStream::new(main_listener), async move {

@@ -8,6 +8,12 @@ pub mod api {
     tonic::include_proto!("runtime.v1");
 }
 
+/// scute's operator API (not CRI), generated from proto/scute/admin/v1/admin.proto.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod admin_api {
+    tonic::include_proto!("scute.admin.v1");
+}
+
 pub mod cdi;
 pub mod cgroups;
 pub mod check;

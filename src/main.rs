@@ -31,6 +31,17 @@ enum Command {
         #[arg(long, short = 'c')]
         config: Option<PathBuf>,
     },
+    /// List the image pulls in flight with their progress (bytes and layers done, how long
+    /// since the pull last moved), read from the running daemon.
+    Pulls {
+        /// Config file whose grpc.address is the daemon's socket (default: /etc/scute/config.toml
+        /// if present, else built-in defaults).
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// The daemon's socket (overrides the config's grpc.address; `unix://` accepted).
+        #[arg(long)]
+        address: Option<String>,
+    },
     /// Print version information.
     Version,
 }
@@ -157,6 +168,31 @@ fn main() -> ExitCode {
             } else {
                 println!("this node can run pods");
                 ExitCode::SUCCESS
+            }
+        }
+        Command::Pulls { config, address } => {
+            let socket = match (address, Config::load(config.as_deref())) {
+                (Some(address), _) => socket_path(&address),
+                (None, Ok(config)) => config.grpc.address,
+                (None, Err(e)) => {
+                    eprintln!("scute: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let report = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(scute::client::pulls_report(&socket)));
+            match report {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("scute: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
         }
         Command::Serve(args) => {

@@ -1,6 +1,6 @@
 //! Prometheus metrics: RPC counts and latencies per method and code (recorded by the server's
 //! `instrument`), image pulls (in flight, bytes, durations), and at scrape time the running pod
-//! sandboxes and containers and the shims' count and memory. Served as Prometheus text on
+//! sandboxes and containers, each pull in flight's progress, and the shims' count and memory. Served as Prometheus text on
 //! `http://<metrics.address>/metrics` when an address is configured (off by default).
 //!
 //! The registry is process-wide, like every Prometheus client's: the code that counts (the RPC
@@ -27,10 +27,28 @@ use tokio::sync::watch;
 
 /// What the daemon counts at scrape time (the metrics module knows no manager: it sits below
 /// them, and the image pull pipeline counts into it).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Live {
     pub sandboxes_ready: usize,
     pub containers_running: usize,
+    pub pulls: Vec<PullProgress>,
+}
+
+/// One pull in flight, as exported (labelled by image and phase).
+#[derive(Debug, Clone, Default)]
+pub struct PullProgress {
+    pub image: String,
+    pub phase: &'static str,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub layers_done: u32,
+    pub layers_total: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PullLabels {
+    image: String,
+    phase: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,6 +74,7 @@ pub struct Metrics {
     pulls_in_flight: Gauge,
     pull_bytes: Counter,
     pull_duration: Family<OutcomeLabels, Histogram>,
+    pull_progress: [Family<PullLabels, Gauge>; 4],
     sandboxes_ready: Gauge,
     containers_running: Gauge,
     shims: Gauge,
@@ -107,6 +126,19 @@ impl Metrics {
             "Time an image pull took, by outcome (success, failure)",
             pull_duration.clone(),
         );
+        // Per pull in flight, set at each scrape (a finished pull's series go).
+        let pull_progress: [Family<PullLabels, Gauge>; 4] = Default::default();
+        for (family, (name, help)) in pull_progress.iter().zip([
+            ("image_pull_progress_bytes", "Layer bytes done of a pull in flight"),
+            (
+                "image_pull_size_bytes",
+                "Layer bytes of a pull in flight in all (0 while resolving)",
+            ),
+            ("image_pull_progress_layers", "Layers done of a pull in flight"),
+            ("image_pull_layers", "Layers of a pull in flight in all"),
+        ]) {
+            registry.register(name, help, family.clone());
+        }
         let sandboxes_ready = Gauge::default();
         registry.register(
             "pod_sandboxes_ready",
@@ -134,6 +166,7 @@ impl Metrics {
             pulls_in_flight,
             pull_bytes,
             pull_duration,
+            pull_progress,
             sandboxes_ready,
             containers_running,
             shims,
@@ -174,6 +207,26 @@ impl Metrics {
     fn render(&self, live: Live) -> String {
         self.sandboxes_ready.set(live.sandboxes_ready as i64);
         self.containers_running.set(live.containers_running as i64);
+        for family in &self.pull_progress {
+            family.clear();
+        }
+        for pull in &live.pulls {
+            let labels = PullLabels {
+                image: pull.image.clone(),
+                phase: pull.phase.to_string(),
+            };
+            let values = [
+                pull.bytes_done,
+                pull.bytes_total,
+                pull.layers_done.into(),
+                pull.layers_total.into(),
+            ];
+            for (family, value) in self.pull_progress.iter().zip(values) {
+                family
+                    .get_or_create(&labels)
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
         let (count, rss) = shim_memory();
         self.shims.set(count);
         self.shim_rss.set(rss);

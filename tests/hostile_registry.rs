@@ -49,6 +49,9 @@ enum Body {
     /// These bytes with their Content-Length and `Content-Encoding: coding` (what they inflate
     /// to is the document).
     Encoded { coding: &'static str, data: Vec<u8> },
+    /// These bytes announced with their Content-Length, but only the first `sent` go out; then
+    /// the connection hangs, open, for a minute.
+    Stall { data: Vec<u8>, sent: usize },
 }
 
 impl Body {
@@ -56,9 +59,11 @@ impl Body {
     fn digest(&self) -> String {
         let mut hasher = Sha256::new();
         match self {
-            Body::Sized(b) | Body::Chunked(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } => {
-                hasher.update(b)
-            }
+            Body::Sized(b)
+            | Body::Chunked(b)
+            | Body::Drip { data: b, .. }
+            | Body::Encoded { data: b, .. }
+            | Body::Stall { data: b, .. } => hasher.update(b),
             Body::Redirect(_) => {}
             Body::Padded { head, len, .. } => {
                 hasher.update(head);
@@ -225,7 +230,9 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     }
     let (length, chunked) = match &body {
         Body::Redirect(_) => unreachable!("answered above"),
-        Body::Sized(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } => (Some(b.len() as u64), false),
+        Body::Sized(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } | Body::Stall { data: b, .. } => {
+            (Some(b.len() as u64), false)
+        }
         Body::Chunked(_) => (None, true),
         Body::Padded { len, chunked, .. } => ((!chunked).then_some(*len), *chunked),
     };
@@ -255,7 +262,9 @@ impl Body {
     fn digest_if_small(&self) -> String {
         match self {
             Body::Sized(_) | Body::Chunked(_) => format!("Docker-Content-Digest: {}\r\n", self.digest()),
-            Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } | Body::Encoded { .. } => String::new(),
+            Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } | Body::Encoded { .. } | Body::Stall { .. } => {
+                String::new()
+            }
         }
     }
 }
@@ -274,6 +283,13 @@ async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &Ato
                 sent.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(*every).await;
             }
+            return Ok(());
+        }
+        Body::Stall { data, sent: n } => {
+            conn.write_all(&data[..*n]).await?;
+            conn.flush().await?;
+            sent.fetch_add(*n as u64, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(60)).await;
             return Ok(());
         }
     };
@@ -1207,4 +1223,127 @@ async fn documents_sent_compressed_are_never_inflated() {
     )
     .await;
     assert_no_image_kept(&daemon).await;
+}
+
+/// (k) Pull progress and the stall watchdog (`pull_progress_timeout_seconds` = 2 here): a layer
+/// dripped a byte every 100 ms (about 10 s in all, never 2 s without a byte) pulls, and while it
+/// runs `scute pulls`, the metrics and the log show it downloading with its bytes counted; a
+/// layer whose registry stops sending half way is aborted with DeadlineExceeded naming the
+/// setting soon after 2 s, and the daemon pulls on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
+    let registry = Hostile::start().await;
+    let metrics = format!("127.0.0.1:{}", common::free_port());
+    let daemon = Daemon::start(&format!(
+        "[image]\npull_progress_timeout_seconds = 2\n[metrics]\naddress = \"{metrics}\"\n"
+    ));
+    const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+    let tar = layer_tar();
+    let gzipped = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(&tar).unwrap();
+        e.finish().unwrap()
+    };
+    let (len, digest, diff_id) = (gzipped.len() as u64, sha256(&gzipped), sha256(&tar));
+    let every = Duration::from_millis(100);
+    let body = Body::Drip {
+        data: gzipped.clone(),
+        every,
+    };
+    serve_image_with_typed_layer(&registry, "hostile/slow", GZIP, len, &digest, &diff_id, body);
+    let image = registry.image("hostile/slow");
+    eprintln!("{len} bytes at one per {every:?}");
+
+    let started = std::time::Instant::now();
+    let slow = {
+        let images = daemon.images().await;
+        let image = image.clone();
+        tokio::spawn(async move {
+            let mut images = images;
+            images
+                .pull_image(api::PullImageRequest {
+                    image: Some(api::ImageSpec {
+                        image,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+        })
+    };
+    // Past the 5 s log interval, mid-layer.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))
+        .arg("pulls")
+        .arg("--address")
+        .arg(&daemon.socket)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    eprintln!("scute pulls:\n{listed}");
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with(&image))
+        .unwrap_or_else(|| panic!("{image} not listed:\n{listed}"));
+    let fields: Vec<&str> = line.split('\t').collect();
+    assert_eq!(fields[1], "downloading", "{line}");
+    let (done, total) = fields[2].split(' ').next().unwrap().split_once('/').unwrap();
+    let done: u64 = done.parse().unwrap();
+    assert_eq!(total, len.to_string(), "{line}");
+    assert!(done > 0 && done < len, "{line}");
+    assert_eq!(fields[3], "0/1", "{line}");
+    let scraped = scrape(&metrics).await;
+    let series = format!("scute_image_pull_progress_bytes{{image=\"{image}\",phase=\"downloading\"}}");
+    assert!(scraped.contains(&series), "{series} not in the metrics:\n{scraped}");
+    assert!(
+        daemon.log().contains("pull progress"),
+        "no progress line logged:\n{}",
+        daemon.log()
+    );
+
+    slow.await.unwrap().expect("a slow pull that keeps moving completes");
+    eprintln!("the slow pull took {:?}", started.elapsed());
+    assert!(started.elapsed() > Duration::from_secs(4), "the drip was not slow");
+
+    // Half of the layer, then silence with the connection open.
+    let body = Body::Stall {
+        data: gzipped.clone(),
+        sent: gzipped.len() / 2,
+    };
+    let stalled = format!("sha256:{}", "5".repeat(64));
+    serve_image_with_typed_layer(&registry, "hostile/stalled", GZIP, len, &stalled, &diff_id, body);
+    let started = std::time::Instant::now();
+    let err = pull(&daemon, &registry.image("hostile/stalled")).await.unwrap_err();
+    eprintln!("stalled: {err:?} after {:?}", started.elapsed());
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        err.message().contains("pull_progress_timeout_seconds"),
+        "{}",
+        err.message()
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))
+        .args(["pulls", "--address"])
+        .arg(&daemon.socket)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("(no pull in flight)"),
+        "{listed:?}"
+    );
+}
+
+/// GET /metrics from `address`: the body.
+async fn scrape(address: &str) -> String {
+    let mut tcp = TcpStream::connect(address).await.unwrap();
+    tcp.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
 }

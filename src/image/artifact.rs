@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::content::ContentStore;
 use super::disk_reserve::is_disk_full;
+use super::progress::PullState;
 
 use super::registry::{Remote, Resolved};
 use super::{ImageManager, PullError};
@@ -61,6 +62,7 @@ impl ImageManager {
         resolved: &Resolved,
         manifest: &OciImageManifest,
         runtime_handler: &str,
+        progress: &PullState,
     ) -> Result<ImageRecord, PullError> {
         if manifest.layers.len() > MAX_FILES {
             return Err(PullError::Unsupported(format!(
@@ -93,13 +95,21 @@ impl ImageManager {
         leased.extend(resolved.index.iter().map(|(_, d)| d.clone()));
         let _lease = self.lease(leased);
 
+        progress.downloading(total, files.len());
         for (file, layer) in &files {
-            if !self.content.has(&file.digest) {
-                self.download_blob(remote, layer, file).await?;
+            if self.content.has(&file.digest) {
+                progress.add_bytes(file.size);
+            } else {
+                self.download_blob(remote, layer, file, progress).await?;
             }
+            progress.layer_done();
         }
+        progress.committing();
         // One snapshot build at a time (another reference to the same artifact may be pulling).
-        let _one_build = self.layer_locks.lock(chain_id.as_str()).await;
+        let _one_build = {
+            let _waiting = progress.waiting();
+            self.layer_locks.lock(chain_id.as_str()).await
+        };
         if !self.snapshots.exists(&chain_id) {
             let io = |e: std::io::Error| PullError::Remote(format!("artifact snapshot {chain_id}: {e}"));
             let pending = self.snapshots.prepare().map_err(io)?;
@@ -174,8 +184,12 @@ impl ImageManager {
         remote: &Remote,
         layer: &OciDescriptor,
         file: &ArtifactFile,
+        progress: &PullState,
     ) -> Result<(), PullError> {
-        let _one_download = self.layer_locks.lock(file.digest.as_str()).await;
+        let _one_download = {
+            let _waiting = progress.waiting();
+            self.layer_locks.lock(file.digest.as_str()).await
+        };
         let Some(ingest) = self.open_ingest(&file.digest).await? else {
             return Ok(()); // another pull committed it meanwhile
         };
@@ -214,6 +228,7 @@ impl ImageManager {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {e}")))?;
             crate::metrics::global().pull_bytes(chunk.len() as u64);
+            progress.add_bytes(chunk.len() as u64);
             if tx.send(chunk).await.is_err() {
                 break; // the writer stopped: its error is answered below
             }

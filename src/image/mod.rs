@@ -10,6 +10,7 @@ pub mod content;
 mod disk_reserve;
 pub mod hosts;
 pub mod pause;
+pub mod progress;
 mod pull;
 pub mod record;
 pub mod registry;
@@ -29,7 +30,6 @@ use content::ContentStore;
 use disk_reserve::DiskReserve;
 use record::ImageRecord;
 
-pub use pull::PullProgress;
 pub use registry::Credentials;
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,9 @@ pub enum PullError {
     /// The disk reserve was reached, or the disk is full.
     #[error("{0}")]
     NoSpace(String),
+    /// No progress for `[image] pull_progress_timeout_seconds`.
+    #[error("{0}")]
+    Stalled(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +87,8 @@ pub struct ImageManager {
     hosts_dir: PathBuf,
     max_concurrent_downloads: usize,
     disk_reserve: DiskReserve,
+    pulls: progress::Pulls,
+    pull_progress_timeout: std::time::Duration,
     /// Images named here are reported pinned (the kubelet never garbage-collects them).
     pinned: Vec<String>,
     /// One pull per reference at a time; one download per layer at a time.
@@ -111,6 +116,8 @@ pub struct ImageManagerConfig<'a> {
     pub max_concurrent_downloads: usize,
     /// What a pull leaves free on `root`'s filesystem (`[image] min_free_disk_percent`).
     pub min_free_disk_percent: u8,
+    /// A pull that made no progress for this long is aborted; zero: never.
+    pub pull_progress_timeout: std::time::Duration,
     pub pinned: Vec<String>,
     pub held_snapshots: HeldSnapshots,
 }
@@ -126,6 +133,8 @@ impl ImageManager {
             hosts_dir: config.hosts_dir.to_path_buf(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
             disk_reserve: DiskReserve::new(config.root, config.min_free_disk_percent),
+            pulls: progress::Pulls::default(),
+            pull_progress_timeout: config.pull_progress_timeout,
             pinned: config.pinned,
             ref_locks: KeyedLocks::default(),
             layer_locks: KeyedLocks::default(),
@@ -135,6 +144,11 @@ impl ImageManager {
             snapshots_root,
             held_snapshots: config.held_snapshots,
         })
+    }
+
+    /// The pulls in flight with their progress.
+    pub fn pulls(&self) -> Vec<progress::PullSnapshot> {
+        self.pulls.list()
     }
 
     pub fn snapshots(&self) -> &Snapshotter {

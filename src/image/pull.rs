@@ -8,7 +8,7 @@
 
 use std::io::{self, Read};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::content::{ContentError, Ingest};
 use super::disk_reserve::{is_disk_full, DiskMeter, Metered};
+use super::progress::{self, PullState};
 use super::record::{ImageConfig, ImageRecord, LayerRecord};
 use super::registry::{Credentials, Remote};
 use super::unpack::{self, UnpackError};
@@ -26,17 +27,9 @@ use crate::distribution::digest::{chain_ids, Digest};
 use crate::distribution::reference::ImageRef;
 use crate::snapshot::SnapshotRecord;
 
-/// How often a long layer download logs its progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-
-/// Pull counters for logs and (later) metrics.
-#[derive(Debug, Default)]
-pub struct PullProgress {
-    pub bytes_downloaded: std::sync::atomic::AtomicU64,
-}
-
 impl ImageManager {
     /// Pulls `reference` and returns its record. Concurrent pulls of one reference run once.
+    /// The pull is listed with its progress while it runs and aborted when it stops moving.
     pub async fn pull(
         &self,
         reference: &str,
@@ -44,11 +37,30 @@ impl ImageManager {
         runtime_handler: &str,
     ) -> Result<ImageRecord, ImageError> {
         let image = ImageRef::parse(reference)?;
+        let _one_pull = self.ref_locks.lock(&image.to_string()).await;
+        let pull = self.pulls.begin(&image.to_string());
+        let work = self.pull_one(&image, credentials, runtime_handler, &pull.state);
+        match progress::watched(&pull.state, self.pull_progress_timeout, work).await {
+            Ok(result) => result,
+            Err(stalled) => Err(ImageError::Pull {
+                image: image.to_string(),
+                source: stalled,
+            }),
+        }
+    }
+
+    async fn pull_one(
+        &self,
+        image: &ImageRef,
+        credentials: &Credentials,
+        runtime_handler: &str,
+        progress: &PullState,
+    ) -> Result<ImageRecord, ImageError> {
+        let image = image.clone();
         let pull_err = |source: PullError| ImageError::Pull {
             image: image.to_string(),
             source,
         };
-        let _one_pull = self.ref_locks.lock(&image.to_string()).await;
         let started = Instant::now();
         let in_flight = crate::metrics::global().pull_started();
 
@@ -61,7 +73,7 @@ impl ImageManager {
         })?;
         if super::artifact::is_artifact(&manifest) {
             let record = self
-                .pull_artifact(&remote, &image, &resolved, &manifest, runtime_handler)
+                .pull_artifact(&remote, &image, &resolved, &manifest, runtime_handler, progress)
                 .await
                 .map_err(pull_err)?;
             let record = self.commit_record(record).await?;
@@ -133,17 +145,22 @@ impl ImageManager {
             let parent = i.checked_sub(1).map(|p| chains[p].clone());
             layers.push((layer, parent, descriptor));
         }
+        progress.downloading(layers.iter().map(|(l, _, _)| l.size).sum(), layers.len());
         let jobs = layers.iter().map(|(layer, parent, descriptor)| {
             let limit = limit.clone();
             let remote = &remote;
             async move {
                 let _slot = limit.acquire().await.expect("semaphore never closed");
-                self.ensure_layer(remote, descriptor, layer, parent.clone()).await
+                self.ensure_layer(remote, descriptor, layer, parent.clone(), progress)
+                    .await?;
+                progress.layer_done();
+                Ok::<(), PullError>(())
             }
         });
         for result in futures_util::future::join_all(jobs).await {
             result.map_err(pull_err)?;
         }
+        progress.committing();
 
         if let Some((index, index_digest)) = &resolved.index {
             self.content.write(index, index_digest)?;
@@ -187,23 +204,28 @@ impl ImageManager {
         descriptor: &OciDescriptor,
         layer: &LayerRecord,
         parent: Option<Digest>,
+        progress: &PullState,
     ) -> Result<(), PullError> {
         let io = |e: io::Error| PullError::Remote(format!("layer {}: {e}", layer.digest));
         if self.layer_ready(layer) {
+            progress.add_bytes(layer.size);
             return Ok(());
         }
-        let _one_download = self.layer_locks.lock(layer.digest.as_str()).await;
+        let _one_download = {
+            let _waiting = progress.waiting();
+            self.layer_locks.lock(layer.digest.as_str()).await
+        };
         if self.layer_ready(layer) {
+            progress.add_bytes(layer.size);
             return Ok(());
         }
         let decoder = Decoder::for_media_type(&layer.media_type)?;
         let pending = self.snapshots.prepare().map_err(io)?;
         let dest = pending.fs();
-        // The download and the unpack both write to the disk the reserve protects.
-        let meter = Arc::new(self.disk_reserve.meter());
         let unpacked_bytes = if self.content.has(&layer.digest) {
+            progress.add_bytes(layer.size);
             let blob = self.content.blob_path(&layer.digest);
-            let (expected, dest, meter) = (layer.clone(), dest.clone(), meter.clone());
+            let (expected, dest, meter) = (layer.clone(), dest.clone(), self.disk_reserve.meter());
             tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
                 unpack_verified(file, decoder, &dest, &expected, &meter)
@@ -211,7 +233,7 @@ impl ImageManager {
             .await
             .map_err(|e| PullError::Remote(e.to_string()))??
         } else {
-            self.download_and_unpack(remote, descriptor, layer, decoder, dest, meter)
+            self.download_and_unpack(remote, descriptor, layer, decoder, dest, progress)
                 .await?
         };
         self.snapshots.commit(pending, &layer.chain_id).map_err(io)?;
@@ -256,8 +278,10 @@ impl ImageManager {
         layer: &LayerRecord,
         decoder: Decoder,
         dest: std::path::PathBuf,
-        meter: Arc<DiskMeter>,
+        progress: &PullState,
     ) -> Result<u64, PullError> {
+        // The download and the unpack both write to the disk the reserve protects.
+        let meter = Arc::new(self.disk_reserve.meter());
         let Some(mut ingest) = self.open_ingest(&layer.digest).await? else {
             // Another writer finished this blob while we waited for its lock.
             let blob = self.content.blob_path(&layer.digest);
@@ -287,6 +311,7 @@ impl ImageManager {
         super::registry::check_announced(&stream, ingest.resumed(), layer.size, &what)?;
 
         let offset = ingest.resumed();
+        progress.add_bytes(offset);
         let (tx, rx) = mpsc::channel::<Result<Bytes, String>>(32);
         let store = self.content_root.clone();
         let expected = layer.clone();
@@ -312,7 +337,6 @@ impl ImageManager {
 
         let mut stream = stream.stream;
         let mut done = 0u64;
-        let mut last_log = Instant::now();
         while let Some(chunk) = stream.next().await {
             if let Err(e) = &chunk {
                 if offset + done >= layer.size {
@@ -327,14 +351,11 @@ impl ImageManager {
             let failed = message.is_err();
             if let Ok(bytes) = &message {
                 done += bytes.len() as u64;
+                progress.add_bytes(bytes.len() as u64);
                 crate::metrics::global().pull_bytes(bytes.len() as u64);
             }
             if tx.send(message).await.is_err() || failed {
                 break; // the worker stopped (its error is reported below) or the network failed
-            }
-            if last_log.elapsed() >= PROGRESS_EVERY {
-                tracing::info!(layer = %layer.digest, done, total = layer.size, "pull progress");
-                last_log = Instant::now();
             }
         }
         drop(tx);

@@ -1,10 +1,11 @@
-//! The CRI v1 gRPC services.
+//! The CRI v1 gRPC services, and scute's Admin service beside them (`admin_service.rs`).
 //!
 //! `runtime_service.rs` and `image_service.rs` are routing tables: each RPC goes through
 //! [`instrument`] (span with method and ids, duration, outcome log) to a handler in its own file
 //! (`version.rs`, `status.rs`, …), which returns a typed [`RpcError`]. This module is the one place
 //! where errors become gRPC status codes.
 
+mod admin_service;
 mod container_attach;
 mod container_create;
 mod container_events;
@@ -28,6 +29,7 @@ mod image_service;
 mod image_status;
 mod metric_descriptors_list;
 mod paging;
+mod pulls_list;
 mod runtime_config;
 mod runtime_service;
 mod sandbox_list;
@@ -60,6 +62,7 @@ use crate::oci::SpecError;
 use crate::sandbox::manager::{SandboxError, SandboxManager};
 use crate::store::{self, Store};
 
+pub use admin_service::admin_server;
 pub use image_service::image_service_server;
 pub use runtime_service::runtime_service_server;
 
@@ -243,6 +246,7 @@ fn image_code(e: &ImageError) -> Code {
             PullError::Config(_) => Code::FailedPrecondition,
             PullError::Unsupported(_) => Code::InvalidArgument,
             PullError::NoSpace(_) => Code::ResourceExhausted,
+            PullError::Stalled(_) => Code::DeadlineExceeded,
         },
         ImageError::Store(e) => store_code(e),
         ImageError::Content(_) | ImageError::Io(_) => Code::Internal,

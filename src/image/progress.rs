@@ -1,0 +1,293 @@
+//! Pulls in flight as an operator watches them: bytes and layers done of the total, rate and
+//! phase, logged every few seconds, listed by `scute pulls` (the Admin service) and exported as
+//! metrics; and a watchdog that aborts a pull that made no progress for
+//! `[image] pull_progress_timeout_seconds` (containerd's image_pull_progress_timeout, 5 min) —
+//! never one that is slow but moving.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+// tokio's clock: the same as std's in the daemon, and paused time in the tests.
+use tokio::time::Instant;
+
+use super::PullError;
+
+/// How often a running pull logs its progress.
+const LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Where a pull is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading the manifest (and index) and the config.
+    Resolving,
+    /// Layers downloading and unpacking.
+    Downloading,
+    /// Writing the image record.
+    Committing,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Resolving => "resolving",
+            Phase::Downloading => "downloading",
+            Phase::Committing => "committing",
+        }
+    }
+
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Resolving,
+            1 => Phase::Downloading,
+            _ => Phase::Committing,
+        }
+    }
+}
+
+/// One pull's counters, shared by its layer downloads (atomics: they run on blocking threads).
+#[derive(Debug)]
+pub struct PullState {
+    image: String,
+    started: Instant,
+    phase: AtomicU8,
+    bytes_done: AtomicU64,
+    bytes_total: AtomicU64,
+    layers_done: AtomicU32,
+    layers_total: AtomicU32,
+    /// Milliseconds from `started` to the last byte received (or phase change).
+    last_progress_ms: AtomicU64,
+    /// Layer downloads waiting for another pull's download of the same layer: that pull has its
+    /// own watchdog, so this one is not idle meanwhile.
+    waiting: AtomicU32,
+}
+
+impl PullState {
+    fn new(image: String) -> PullState {
+        PullState {
+            image,
+            started: Instant::now(),
+            phase: AtomicU8::new(Phase::Resolving as u8),
+            bytes_done: AtomicU64::new(0),
+            bytes_total: AtomicU64::new(0),
+            layers_done: AtomicU32::new(0),
+            layers_total: AtomicU32::new(0),
+            last_progress_ms: AtomicU64::new(0),
+            waiting: AtomicU32::new(0),
+        }
+    }
+
+    /// Marks this pull as waiting for another's download until the guard drops.
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(self)
+    }
+
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_progress_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// The layers are known: `bytes` to download in all.
+    pub fn downloading(&self, bytes: u64, layers: usize) {
+        self.bytes_total.store(bytes, Ordering::Relaxed);
+        self.layers_total
+            .store(u32::try_from(layers).unwrap_or(u32::MAX), Ordering::Relaxed);
+        self.phase.store(Phase::Downloading as u8, Ordering::Relaxed);
+        self.touch();
+    }
+
+    pub fn committing(&self) {
+        self.phase.store(Phase::Committing as u8, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// `n` bytes of a layer arrived (or were already there).
+    pub fn add_bytes(&self, n: u64) {
+        self.bytes_done.fetch_add(n, Ordering::Relaxed);
+        self.touch();
+    }
+
+    pub fn layer_done(&self) {
+        self.layers_done.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// How long since the pull last moved.
+    fn idle(&self) -> Duration {
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
+        let last = Duration::from_millis(self.last_progress_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
+    }
+
+    pub fn snapshot(&self) -> PullSnapshot {
+        PullSnapshot {
+            image: self.image.clone(),
+            phase: Phase::from_u8(self.phase.load(Ordering::Relaxed)),
+            bytes_done: self.bytes_done.load(Ordering::Relaxed),
+            bytes_total: self.bytes_total.load(Ordering::Relaxed),
+            layers_done: self.layers_done.load(Ordering::Relaxed),
+            layers_total: self.layers_total.load(Ordering::Relaxed),
+            elapsed: self.started.elapsed(),
+            idle: self.idle(),
+        }
+    }
+}
+
+/// A pull waiting for another's download; see `PullState::waiting`.
+pub struct Waiting<'a>(&'a PullState);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// A pull's progress at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullSnapshot {
+    pub image: String,
+    pub phase: Phase,
+    pub bytes_done: u64,
+    /// 0 until the manifest is read.
+    pub bytes_total: u64,
+    pub layers_done: u32,
+    pub layers_total: u32,
+    pub elapsed: Duration,
+    /// Since the last byte arrived.
+    pub idle: Duration,
+}
+
+/// The pulls in flight (owned by the ImageManager).
+#[derive(Debug, Default)]
+pub struct Pulls {
+    running: Mutex<Vec<Arc<PullState>>>,
+}
+
+impl Pulls {
+    /// Registers a pull of `image` until the handle drops.
+    pub fn begin(&self, image: &str) -> PullHandle<'_> {
+        let state = Arc::new(PullState::new(image.to_string()));
+        self.lock().push(state.clone());
+        PullHandle { pulls: self, state }
+    }
+
+    /// The pulls in flight, oldest first.
+    pub fn list(&self) -> Vec<PullSnapshot> {
+        self.lock().iter().map(|p| p.snapshot()).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<PullState>>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A registered pull; unregistered on drop, however the pull ends.
+pub struct PullHandle<'a> {
+    pulls: &'a Pulls,
+    pub state: Arc<PullState>,
+}
+
+impl Drop for PullHandle<'_> {
+    fn drop(&mut self) {
+        self.pulls.lock().retain(|p| !Arc::ptr_eq(p, &self.state));
+    }
+}
+
+/// Runs `pull` to its end, logging its progress every LOG_EVERY; or aborts it (dropping it,
+/// which stops its downloads; their partial blobs stay to resume) once it made no progress for
+/// `stall` (zero: never), answering PullError::Stalled.
+pub async fn watched<F: Future>(state: &PullState, stall: Duration, pull: F) -> Result<F::Output, PullError> {
+    tokio::pin!(pull);
+    // Checked often enough to stop a stalled pull within a quarter of its timeout.
+    let check = if stall.is_zero() {
+        LOG_EVERY
+    } else {
+        (stall / 4).clamp(Duration::from_millis(100), LOG_EVERY)
+    };
+    let mut ticks = tokio::time::interval_at(Instant::now() + check, check);
+    let (mut logged_at, mut logged_bytes) = (Instant::now(), 0u64);
+    loop {
+        tokio::select! {
+            result = &mut pull => return Ok(result),
+            _ = ticks.tick() => {
+                let now = state.snapshot();
+                if !stall.is_zero() && now.idle >= stall {
+                    return Err(PullError::Stalled(format!(
+                        "no progress for {}s while {} ({} of {} bytes, {} of {} layers); \
+                         aborted ([image] pull_progress_timeout_seconds = {}), a retry resumes",
+                        now.idle.as_secs(), now.phase.as_str(), now.bytes_done, now.bytes_total,
+                        now.layers_done, now.layers_total, stall.as_secs()
+                    )));
+                }
+                if logged_at.elapsed() >= LOG_EVERY {
+                    let rate = (now.bytes_done - logged_bytes.min(now.bytes_done)) as f64 / logged_at.elapsed().as_secs_f64();
+                    tracing::info!(
+                        image = %now.image,
+                        phase = now.phase.as_str(),
+                        bytes_done = now.bytes_done,
+                        bytes_total = now.bytes_total,
+                        layers_done = now.layers_done,
+                        layers_total = now.layers_total,
+                        bytes_per_second = rate as u64,
+                        elapsed_s = now.elapsed.as_secs(),
+                        "pull progress"
+                    );
+                    (logged_at, logged_bytes) = (Instant::now(), now.bytes_done);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_pull_is_aborted_and_a_moving_one_is_not() {
+        let pulls = Pulls::default();
+        let handle = pulls.begin("example.com/stalls:1");
+        let state = handle.state.clone();
+        let never = std::future::pending::<()>();
+        let err = watched(&state, Duration::from_secs(60), never).await.unwrap_err();
+        assert!(
+            matches!(err, PullError::Stalled(ref m) if m.contains("pull_progress_timeout_seconds")),
+            "{err}"
+        );
+        assert_eq!(pulls.list().len(), 1);
+        drop(handle);
+        assert!(pulls.list().is_empty());
+
+        // A byte every 30 s for 5 min against a 60 s timeout: slow, but moving.
+        let handle = pulls.begin("example.com/slow:1");
+        let state = handle.state.clone();
+        state.downloading(10, 1);
+        let slow = async {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                state.add_bytes(1);
+            }
+            state.layer_done();
+        };
+        watched(&state, Duration::from_secs(60), slow).await.unwrap();
+        let now = pulls.list().remove(0);
+        assert_eq!(
+            (now.bytes_done, now.bytes_total, now.layers_done, now.layers_total),
+            (10, 10, 1, 1)
+        );
+        assert_eq!(now.phase, Phase::Downloading);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_timeout_never_aborts() {
+        let pulls = Pulls::default();
+        let handle = pulls.begin("example.com/quiet:1");
+        let late = tokio::time::sleep(Duration::from_secs(3600));
+        watched(&handle.state, Duration::ZERO, late).await.unwrap();
+    }
+}
