@@ -57,6 +57,7 @@ pub async fn serve(config: Config) -> Result<()> {
         },
     )?;
     let images = Arc::new(images);
+    check_after_unclean_stop(&config, &store, &images).await?;
     images
         .import_embedded_pause()
         .await
@@ -224,7 +225,46 @@ pub async fn serve(config: Config) -> Result<()> {
     cleanup_sockets(&config);
     // Every store write is already committed durably; dropping the last handle closes the file.
     drop(store);
+    let _ = std::fs::remove_file(config.root.join(RUNNING_MARKER));
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// In `root` while the daemon runs: still there at start means the last run ended unclean
+/// (killed, crashed, power cut).
+const RUNNING_MARKER: &str = "running";
+
+/// After an unclean stop, the cheap form of `scute doctor --repair`: records against what is
+/// on disk, nothing hashed (snapshots whose directories a power cut lost, images using them,
+/// directories and netns pins nothing records). Partial downloads stay, to resume.
+async fn check_after_unclean_stop(config: &Config, store: &Arc<Store>, images: &Arc<ImageManager>) -> Result<()> {
+    let marker = config.root.join(RUNNING_MARKER);
+    let unclean = marker.exists();
+    scute_sys::files::write_atomic_mode(&marker, b"", 0o600).context("writing the running marker")?;
+    if !unclean {
+        return Ok(());
+    }
+    let (store, images, root, state) = (store.clone(), images.clone(), config.root.clone(), config.state.clone());
+    let findings = tokio::task::spawn_blocking(move || -> Result<Vec<crate::doctor::Finding>> {
+        let mut found = images.doctor(crate::doctor::Depth::Cheap, true)?;
+        found.extend(crate::doctor::runtime::examine(
+            &store,
+            &root,
+            &state,
+            true,
+            Duration::ZERO,
+        )?);
+        Ok(found)
+    })
+    .await??;
+    let findings: Vec<_> = findings
+        .into_iter()
+        .filter(|f| f.kind != crate::doctor::Kind::PartialDownload)
+        .collect();
+    for f in &findings {
+        tracing::warn!(kind = f.kind.as_str(), subject = %f.subject, bytes = f.bytes, detail = %f.detail, repaired = f.repaired, "after an unclean stop");
+    }
+    tracing::info!(problems = findings.len(), "checked the store after an unclean stop");
     Ok(())
 }
 
@@ -349,7 +389,7 @@ fn pod_containers(store: Arc<Store>) -> PodContainers {
 
 /// The snapshot chains of every container record: a container keeps its rootfs layers when
 /// its image is removed.
-fn containers_snapshots(store: Arc<Store>) -> crate::image::HeldSnapshots {
+pub(crate) fn containers_snapshots(store: Arc<Store>) -> crate::image::HeldSnapshots {
     Box::new(move || {
         let containers = store.list::<crate::container::record::ContainerRecord>()?;
         Ok(containers.iter().flat_map(|c| c.held_chains().cloned()).collect())

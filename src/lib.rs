@@ -23,6 +23,7 @@ pub mod container;
 pub mod cri_limits;
 pub mod daemon;
 pub mod distribution;
+pub mod doctor;
 pub mod events;
 pub mod handover;
 pub mod ids;

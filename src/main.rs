@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 use scute::check::{self, Verdict};
 use scute::config::{CgroupDriver, Config, LogFormat, DEFAULT_CONFIG};
+use scute::doctor::{self, Depth};
 
 #[derive(Parser)]
 #[command(name = "scute", version, about = "A Kubernetes CRI v1 container runtime")]
@@ -41,6 +42,24 @@ enum Command {
         /// The daemon's socket (overrides the config's grpc.address; `unix://` accepted).
         #[arg(long)]
         address: Option<String>,
+    },
+    /// Find what is damaged or left behind in scute's root and state (blobs against their
+    /// digests, partial downloads, snapshots against their records, images missing layers,
+    /// pods' and containers' directories and netns pins nothing records); with --repair remove
+    /// it. Asks the running daemon, or reads the store itself when the daemon is stopped.
+    /// Exits 1 while problems remain.
+    Doctor {
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// The daemon's socket (overrides the config's grpc.address).
+        #[arg(long)]
+        address: Option<String>,
+        /// Hash only documents (manifests, configs); size-check layers.
+        #[arg(long)]
+        quick: bool,
+        /// Remove what is found (never what a pull, pod or container uses).
+        #[arg(long)]
+        repair: bool,
     },
     /// Print version information.
     Version,
@@ -168,6 +187,43 @@ fn main() -> ExitCode {
             } else {
                 println!("this node can run pods");
                 ExitCode::SUCCESS
+            }
+        }
+        Command::Doctor {
+            config,
+            address,
+            quick,
+            repair,
+        } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("scute: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let socket = address
+                .map(|a| socket_path(&a))
+                .unwrap_or_else(|| config.grpc.address.clone());
+            let depth = if quick { Depth::Quick } else { Depth::Full };
+            let findings = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(doctor::run(&config, &socket, depth, repair)));
+            match findings {
+                Ok(findings) => {
+                    print!("{}", doctor::report(&findings, repair));
+                    if findings.iter().all(|f| f.repaired) {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("scute: {e:#}");
+                    ExitCode::from(2)
+                }
             }
         }
         Command::Pulls { config, address } => {

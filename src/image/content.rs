@@ -150,6 +150,32 @@ impl ContentStore {
         }
     }
 
+    /// Removes the ingest file at `path` (from `list_ingests`) unless a writer holds it; answers
+    /// its size, or None when it is in use.
+    pub fn remove_idle_ingest(&self, path: &Path, remove: bool) -> Result<Option<u64>, ContentError> {
+        use std::os::fd::AsRawFd;
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(path)(e)),
+        };
+        // SAFETY: flock on a valid fd we own; released when the file closes.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(None); // a download is writing it
+        }
+        let size = file.metadata().map_err(io_err(path))?.len();
+        if remove {
+            fs::remove_file(path).map_err(io_err(path))?;
+        }
+        Ok(Some(size))
+    }
+
+    /// The ingest files (partial downloads, and small blobs being written).
+    pub fn list_ingests(&self) -> Result<Vec<PathBuf>, ContentError> {
+        let entries = fs::read_dir(&self.ingest).map_err(io_err(&self.ingest))?;
+        Ok(entries.flatten().map(|e| e.path()).collect())
+    }
+
     pub fn list(&self) -> Result<Vec<Digest>, ContentError> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.blobs).map_err(io_err(&self.blobs))? {

@@ -8,6 +8,7 @@
 mod artifact;
 pub mod content;
 mod disk_reserve;
+mod doctor;
 pub mod hosts;
 pub mod pause;
 pub mod progress;

@@ -17,4 +17,11 @@ impl Admin for CriService {
     ) -> Result<Response<admin_api::ListPullsResponse>, Status> {
         instrument("ListPulls", self.cri.list_pulls(request.into_inner())).await
     }
+
+    async fn doctor(
+        &self,
+        request: Request<admin_api::DoctorRequest>,
+    ) -> Result<Response<admin_api::DoctorResponse>, Status> {
+        instrument("Doctor", self.cri.doctor(request.into_inner())).await
+    }
 }

@@ -20,6 +20,7 @@ mod container_stats_list;
 mod container_status;
 mod container_stop;
 mod container_update;
+mod doctor;
 mod image_convert;
 mod image_fs_info;
 mod image_list;

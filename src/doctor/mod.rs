@@ -1,0 +1,207 @@
+//! `scute doctor`: finds what is damaged or left behind in scute's root and state, and with
+//! `--repair` removes it. Run by the CLI on the store directly when the daemon is stopped, and by
+//! the daemon itself (Admin.Doctor) when it runs, so what pulls and creates in flight hold is
+//! respected; the daemon also runs the cheap form at start after an unclean stop.
+//!
+//! The image store's checks are the image manager's (`image/doctor.rs`); the pods' and
+//! containers' leftovers are `runtime.rs`'s.
+
+pub mod runtime;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::admin_api::{admin_client::AdminClient, DoctorRequest};
+use crate::config::Config;
+use crate::image::{ImageManager, ImageManagerConfig};
+use crate::store::Store;
+
+/// How deep to look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Every blob's digest read back.
+    Full,
+    /// Documents (manifests, indexes, configs: up to 4 MiB) hashed, layers only sized.
+    Quick,
+    /// Nothing hashed: records against what is on disk (the daemon's start after a crash).
+    Cheap,
+}
+
+/// One thing wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A blob whose bytes are not its digest (or not the size its image declares).
+    CorruptBlob,
+    /// A blob no image references.
+    OrphanBlob,
+    /// A partial download nothing is writing (a retry would resume it).
+    PartialDownload,
+    /// A snapshot record whose directory is gone.
+    MissingSnapshot,
+    /// A snapshot whose parent has no record.
+    BrokenChain,
+    /// A snapshot directory with no record and nothing using it.
+    OrphanSnapshot,
+    /// An image some of whose layers are gone (the kubelet pulls it again once dropped).
+    DamagedImage,
+    /// A container's or pod's directory with no record.
+    OrphanDir,
+    /// A network namespace file no pod records.
+    StaleNetns,
+}
+
+impl Kind {
+    const ALL: [Kind; 9] = [
+        Kind::CorruptBlob,
+        Kind::OrphanBlob,
+        Kind::PartialDownload,
+        Kind::MissingSnapshot,
+        Kind::BrokenChain,
+        Kind::OrphanSnapshot,
+        Kind::DamagedImage,
+        Kind::OrphanDir,
+        Kind::StaleNetns,
+    ];
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::CorruptBlob => "corrupt-blob",
+            Kind::OrphanBlob => "orphan-blob",
+            Kind::PartialDownload => "partial-download",
+            Kind::MissingSnapshot => "missing-snapshot",
+            Kind::BrokenChain => "broken-chain",
+            Kind::OrphanSnapshot => "orphan-snapshot",
+            Kind::DamagedImage => "damaged-image",
+            Kind::OrphanDir => "orphan-dir",
+            Kind::StaleNetns => "stale-netns",
+        }
+    }
+}
+
+/// A finding: what, where, how many bytes it holds, and whether `--repair` dealt with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub kind: Kind,
+    /// A digest, chain ID, image name or path.
+    pub subject: String,
+    pub bytes: u64,
+    pub detail: String,
+    pub repaired: bool,
+}
+
+impl Finding {
+    pub fn new(kind: Kind, subject: impl Into<String>, bytes: u64, detail: impl Into<String>) -> Finding {
+        Finding {
+            kind,
+            subject: subject.into(),
+            bytes,
+            detail: detail.into(),
+            repaired: false,
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}\t{}\t{}\t{}",
+            self.kind.as_str(),
+            self.subject,
+            self.bytes,
+            self.detail
+        )?;
+        if self.repaired {
+            write!(f, "\trepaired")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a run found, one line per finding and a summary.
+pub fn report(findings: &[Finding], repair: bool) -> String {
+    let mut out = String::from("KIND\tSUBJECT\tBYTES\tDETAIL\n");
+    for f in findings {
+        out.push_str(&format!("{f}\n"));
+    }
+    let bytes: u64 = findings.iter().map(|f| f.bytes).sum();
+    let repaired = findings.iter().filter(|f| f.repaired).count();
+    out.push_str(&match (findings.len(), repair) {
+        (0, _) => "no problem found\n".to_string(),
+        (n, false) => format!("{n} problem(s), {bytes} bytes held; `scute doctor --repair` deals with them\n"),
+        (n, true) => format!("{n} problem(s), {repaired} repaired, {bytes} bytes held\n"),
+    });
+    out
+}
+
+/// `scute doctor`: the running daemon does the work when it answers on `socket` (it owns the
+/// store and knows what is in use); otherwise `config`'s root and state are examined here.
+pub async fn run(config: &Config, socket: &Path, depth: Depth, repair: bool) -> anyhow::Result<Vec<Finding>> {
+    if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+        let channel = crate::client::connect(socket).await?;
+        let request = DoctorRequest {
+            quick: depth == Depth::Quick,
+            repair,
+        };
+        let response = AdminClient::new(channel)
+            .doctor(request)
+            .await
+            .map_err(|e| anyhow::anyhow!("Doctor: {}", e.message()))?;
+        return Ok(response
+            .into_inner()
+            .findings
+            .into_iter()
+            .map(|f| Finding {
+                kind: Kind::parse(&f.kind).unwrap_or(Kind::OrphanDir),
+                subject: f.subject,
+                bytes: f.bytes,
+                detail: f.detail,
+                repaired: f.repaired,
+            })
+            .collect());
+    }
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || offline(&config, depth, repair)).await?
+}
+
+/// The daemon is stopped: open its store here.
+fn offline(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<Vec<Finding>> {
+    let store_path = config.root.join("meta.redb");
+    anyhow::ensure!(store_path.exists(), "no scute store at {}", store_path.display());
+    let store = Arc::new(Store::open(&store_path).with_context(|| {
+        format!(
+            "opening {} (a scute holding it must answer on {})",
+            store_path.display(),
+            config.grpc.address.display()
+        )
+    })?);
+    let images = ImageManager::open(
+        store.clone(),
+        ImageManagerConfig {
+            root: &config.root,
+            hosts_dir: &config.registry.config_path,
+            max_concurrent_downloads: 1,
+            min_free_disk_percent: 0,
+            pull_progress_timeout: Duration::ZERO,
+            pinned: vec![config.image.sandbox_image.clone()],
+            held_snapshots: crate::daemon::containers_snapshots(store.clone()),
+        },
+    )?;
+    let mut found = images.doctor(depth, repair)?;
+    found.extend(runtime::examine(
+        &store,
+        &config.root,
+        &config.state,
+        repair,
+        Duration::ZERO,
+    )?);
+    Ok(found)
+}
