@@ -57,7 +57,10 @@ pub async fn serve(config: Config) -> Result<()> {
         },
     )?;
     let images = Arc::new(images);
-    check_after_unclean_stop(&config, &store, &images).await?;
+    // A check that fails must not keep the node from running pods: logged, and the start goes on.
+    if let Err(e) = check_after_unclean_stop(&config, &store, &images).await {
+        tracing::warn!(error = format!("{e:#}"), "checking the store after an unclean stop");
+    }
     images
         .import_embedded_pause()
         .await

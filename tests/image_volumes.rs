@@ -248,6 +248,17 @@ async fn an_oci_artifact_is_mounted_as_its_files() {
             .image_ref,
         id
     );
+    // An artifact's records are whole to `scute doctor` (its manifest is no layer to size).
+    let doctor = std::process::Command::new(common::SCUTE)
+        .args(["doctor", "--config"])
+        .arg(&pod.daemon.config_path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.status.success() && report.contains("no problem found"),
+        "{report}"
+    );
     pod.remove_all().await;
     assert_eq!(image_volume_mounts(&pod.daemon.root), Vec::<String>::new());
 }

@@ -191,7 +191,7 @@ fn offline(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<Vec<Fi
             max_concurrent_downloads: 1,
             min_free_disk_percent: 0,
             pull_progress_timeout: Duration::ZERO,
-            pinned: vec![config.image.sandbox_image.clone()],
+            pinned: vec![crate::distribution::reference::ImageRef::parse(&config.image.sandbox_image)?.to_string()],
             held_snapshots: crate::daemon::containers_snapshots(store.clone()),
         },
     )?;

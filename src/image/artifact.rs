@@ -5,7 +5,9 @@
 //! tarball. An artifact is no runnable image: CreateContainer refuses it as a container's image.
 
 use std::collections::HashSet;
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -13,7 +15,7 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use tokio::sync::mpsc;
 
 use super::content::ContentStore;
-use super::disk_reserve::is_disk_full;
+use super::disk_reserve::{is_disk_full, Metered};
 use super::progress::PullState;
 
 use super::registry::{Remote, Resolved};
@@ -62,7 +64,7 @@ impl ImageManager {
         resolved: &Resolved,
         manifest: &OciImageManifest,
         runtime_handler: &str,
-        progress: &PullState,
+        progress: &Arc<PullState>,
     ) -> Result<ImageRecord, PullError> {
         if manifest.layers.len() > MAX_FILES {
             return Err(PullError::Unsupported(format!(
@@ -106,21 +108,36 @@ impl ImageManager {
         }
         progress.committing();
         // One snapshot build at a time (another reference to the same artifact may be pulling).
-        let _one_build = {
-            let _waiting = progress.waiting();
-            self.layer_locks.lock(chain_id.as_str()).await
-        };
+        let _one_build = self.lock_for_pull(chain_id.as_str(), progress).await;
         if !self.snapshots.exists(&chain_id) {
-            let io = |e: std::io::Error| PullError::Remote(format!("artifact snapshot {chain_id}: {e}"));
+            let io = |e: std::io::Error| match is_disk_full(&e) {
+                true => PullError::NoSpace(format!("artifact snapshot {chain_id}: {e}")),
+                false => PullError::Remote(format!("artifact snapshot {chain_id}: {e}")),
+            };
             let pending = self.snapshots.prepare().map_err(io)?;
             let copies: Vec<_> = files
                 .iter()
                 .map(|(f, _)| (self.content.blob_path(&f.digest), pending.fs().join(&f.name)))
                 .collect();
-            // Up to 16 GiB of copying: off the async workers.
+            // Up to 16 GiB of copying: off the async workers, metered against the disk reserve,
+            // each chunk counting as the pull moving.
+            let (meter, progress) = (self.disk_reserve.meter(), progress.clone());
             tokio::task::spawn_blocking(move || {
                 for (blob, target) in copies {
-                    std::fs::copy(&blob, &target)?;
+                    let mut source = Metered {
+                        inner: std::fs::File::open(&blob)?,
+                        meter: &meter,
+                    };
+                    let mut out = std::fs::File::create(&target)?;
+                    let mut buf = vec![0u8; 1 << 20];
+                    loop {
+                        let n = source.read(&mut buf)?;
+                        if n == 0 {
+                            break;
+                        }
+                        out.write_all(&buf[..n])?;
+                        progress.moved();
+                    }
                     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))?;
                 }
                 Ok::<(), std::io::Error>(())
@@ -184,12 +201,9 @@ impl ImageManager {
         remote: &Remote,
         layer: &OciDescriptor,
         file: &ArtifactFile,
-        progress: &PullState,
+        progress: &Arc<PullState>,
     ) -> Result<(), PullError> {
-        let _one_download = {
-            let _waiting = progress.waiting();
-            self.layer_locks.lock(file.digest.as_str()).await
-        };
+        let _one_download = self.lock_for_pull(file.digest.as_str(), progress).await;
         let Some(ingest) = self.open_ingest(&file.digest).await? else {
             return Ok(()); // another pull committed it meanwhile
         };

@@ -170,10 +170,14 @@ impl ContentStore {
         Ok(Some(size))
     }
 
-    /// The ingest files (partial downloads, and small blobs being written).
+    /// The partial downloads (not the `.small` files `write` renames into place at once).
     pub fn list_ingests(&self) -> Result<Vec<PathBuf>, ContentError> {
         let entries = fs::read_dir(&self.ingest).map_err(io_err(&self.ingest))?;
-        Ok(entries.flatten().map(|e| e.path()).collect())
+        Ok(entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_none_or(|x| x != "small"))
+            .collect())
     }
 
     pub fn list(&self) -> Result<Vec<Digest>, ContentError> {
@@ -229,6 +233,11 @@ impl Ingest {
         self.written = 0;
         self.hasher = Sha256::new();
         Ok(self)
+    }
+
+    /// Removes the partial download (the disk needs its room more than a retry does).
+    pub fn discard(self) {
+        let _ = fs::remove_file(&self.path);
     }
 
     pub fn append(&mut self, chunk: &[u8]) -> Result<(), ContentError> {

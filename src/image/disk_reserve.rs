@@ -52,9 +52,16 @@ impl DiskReserve {
         let stat = nix::sys::statvfs::statvfs(self.dir.as_path()).map_err(|e| format!("statvfs {dir}: {e}"))?;
         let percent = u64::from(self.min_free_percent);
         let under = |free: u64, total: u64| total > 0 && (free as u128) * 100 < (total as u128) * (percent as u128);
+        // Of what unprivileged use can reach (used + available, as df's Use% counts it): blocks
+        // reserved for root, or held back by the filesystem, are neither free nor usable.
         let block = stat.fragment_size();
-        let (free, total) = (stat.blocks_available() * block, stat.blocks() * block);
-        let (free_inodes, inodes) = (stat.files_available(), stat.files());
+        let used = stat.blocks().saturating_sub(stat.blocks_free());
+        let (free, total) = (
+            stat.blocks_available() * block,
+            (used + stat.blocks_available()) * block,
+        );
+        let used_inodes = stat.files().saturating_sub(stat.files_free());
+        let (free_inodes, inodes) = (stat.files_available(), used_inodes + stat.files_available());
         let left = if under(free, total) {
             format!("{} of {} free", mib(free), mib(total))
         } else if under(free_inodes, inodes) {

@@ -24,6 +24,7 @@ impl ImageManager {
     /// Examines the image store (blocking: call off the async workers).
     pub fn doctor(&self, depth: Depth, repair: bool) -> Result<Vec<Finding>, ImageError> {
         let mut findings = self.check_blobs(depth, repair)?;
+        let mut to_drop = Vec::new();
         // Liveness is decided under the lock GC and pulls' leases use.
         {
             let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -56,7 +57,21 @@ impl ImageManager {
                     findings.push(f);
                 }
             }
-            findings.extend(self.check_snapshots(&images, &held, &in_flight, repair)?);
+            let base = findings.len();
+            let snapshots = self.check_snapshots(&images, &held, &in_flight, repair, &mut to_drop)?;
+            findings.extend(snapshots);
+            for (at, _) in &mut to_drop {
+                *at += base;
+            }
+        }
+        // Damaged images go under the records lock (a concurrent claim cannot write one back),
+        // taken after the in_flight lock is released: commit_record takes them the other way.
+        if !to_drop.is_empty() {
+            let _records = self.records.blocking_lock();
+            for (at, id) in to_drop {
+                self.store.delete::<ImageRecord>(id.as_str(), None)?;
+                findings[at].repaired = true;
+            }
         }
         if repair {
             // What the dropped images held is now unreferenced.
@@ -71,10 +86,13 @@ impl ImageManager {
         if depth == Depth::Cheap {
             return Ok(Vec::new());
         }
+        // An artifact's layer record names its manifest with the files' total size: not a blob
+        // size to hold it to.
         let declared: HashMap<Digest, u64> = self
             .store
             .list::<ImageRecord>()?
             .into_iter()
+            .filter(|i| i.artifact.is_none())
             .flat_map(|i| i.layers.into_iter().map(|l| (l.digest, l.size)))
             .collect();
         let mut findings = Vec::new();
@@ -106,12 +124,17 @@ impl ImageManager {
         held: &HashSet<Digest>,
         in_flight: &[Digest],
         repair: bool,
+        to_drop: &mut Vec<(usize, Digest)>,
     ) -> Result<Vec<Finding>, ImageError> {
         let mut findings = Vec::new();
         let records = self.store.list::<SnapshotRecord>()?;
         let recorded: HashSet<&Digest> = records.iter().map(|r| &r.chain_id).collect();
         let mut damaged = HashSet::new();
         for record in &records {
+            // A pull in flight records its layers in any order: a child before its parent.
+            if in_flight.contains(&record.chain_id) {
+                continue;
+            }
             let problem = if !self.snapshots.exists(&record.chain_id) {
                 Some((Kind::MissingSnapshot, "its directory is gone".to_string()))
             } else {
@@ -150,7 +173,7 @@ impl ImageManager {
                 .layers
                 .iter()
                 .map(|l| &l.chain_id)
-                .filter(|c| damaged.contains(*c))
+                .filter(|c| damaged.contains(*c) || !recorded.contains(c))
                 .collect();
             if broken.is_empty() {
                 continue;
@@ -162,12 +185,12 @@ impl ImageManager {
                 0,
                 format!("{} of its layers are gone", broken.len()),
             );
-            if self.is_pinned(image) {
+            if image.repo_tags.iter().any(|t| t == super::pause::EMBEDDED_PAUSE_IMAGE) {
+                // Pods need it now, and only a start imports it.
                 f.detail
-                    .push_str("; the sandbox image: restart scute to import it again");
+                    .push_str("; the embedded pause image: restart scute to import it again");
             } else if repair {
-                self.store.delete::<ImageRecord>(image.id.as_str(), None)?;
-                f.repaired = true;
+                to_drop.push((findings.len(), image.id.clone()));
             }
             findings.push(f);
         }

@@ -90,6 +90,8 @@ pub struct ImageManager {
     disk_reserve: DiskReserve,
     pulls: progress::Pulls,
     pull_progress_timeout: std::time::Duration,
+    /// Which pull holds each of `layer_locks` (its waiters follow that pull's progress).
+    lock_holders: std::sync::Mutex<std::collections::HashMap<String, Arc<progress::PullState>>>,
     /// Images named here are reported pinned (the kubelet never garbage-collects them).
     pinned: Vec<String>,
     /// One pull per reference at a time; one download per layer at a time.
@@ -136,6 +138,7 @@ impl ImageManager {
             disk_reserve: DiskReserve::new(config.root, config.min_free_disk_percent),
             pulls: progress::Pulls::default(),
             pull_progress_timeout: config.pull_progress_timeout,
+            lock_holders: Default::default(),
             pinned: config.pinned,
             ref_locks: KeyedLocks::default(),
             layer_locks: KeyedLocks::default(),
@@ -238,6 +241,27 @@ impl ImageManager {
     }
 
     /// Marks blobs and snapshots as in use by a pull until the lease is dropped.
+    /// Takes the one-writer lock of `key` (a layer's or artifact file's digest, an artifact's
+    /// chain) for the pull `progress`. While another pull holds it, this one follows that pull's
+    /// progress (its watchdog then fires only if the holder stalls too).
+    async fn lock_for_pull(&self, key: &str, progress: &Arc<progress::PullState>) -> HeldLock<'_> {
+        let holder = self.holders().get(key).cloned();
+        let guard = {
+            let _following = progress.follow(holder);
+            self.layer_locks.lock(key).await
+        };
+        self.holders().insert(key.to_string(), progress.clone());
+        HeldLock {
+            owner: self,
+            key: key.to_string(),
+            _guard: guard,
+        }
+    }
+
+    fn holders(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<progress::PullState>>> {
+        self.lock_holders.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lease(&self, digests: Vec<Digest>) -> Lease<'_> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         in_flight.extend(digests.iter().cloned());
@@ -346,6 +370,19 @@ impl ImageManager {
         let (b1, i1) = scute_sys::files::dir_usage(&self.content_root);
         let (b2, i2) = scute_sys::files::dir_usage(&self.snapshots_root);
         (b1 + b2, i1 + i2)
+    }
+}
+
+/// A layer lock held by a pull; its holder entry goes before the lock does.
+struct HeldLock<'a> {
+    owner: &'a ImageManager,
+    key: String,
+    _guard: crate::keyed_lock::KeyedGuard<'a>,
+}
+
+impl Drop for HeldLock<'_> {
+    fn drop(&mut self) {
+        self.owner.holders().remove(&self.key);
     }
 }
 

@@ -58,9 +58,11 @@ pub struct PullState {
     layers_total: AtomicU32,
     /// Milliseconds from `started` to the last byte received (or phase change).
     last_progress_ms: AtomicU64,
-    /// Layer downloads waiting for another pull's download of the same layer: that pull has its
-    /// own watchdog, so this one is not idle meanwhile.
-    waiting: AtomicU32,
+    /// Pulls whose download of a layer this one waits for: it moves while they do (their own
+    /// watchdogs stop them if they stall, and then this one takes over).
+    following: Mutex<Vec<Arc<PullState>>>,
+    /// Waits on a holder not known yet (the moment between its lock and its registration).
+    blind_waits: AtomicU32,
 }
 
 impl PullState {
@@ -74,14 +76,32 @@ impl PullState {
             layers_done: AtomicU32::new(0),
             layers_total: AtomicU32::new(0),
             last_progress_ms: AtomicU64::new(0),
-            waiting: AtomicU32::new(0),
+            following: Mutex::new(Vec::new()),
+            blind_waits: AtomicU32::new(0),
         }
     }
 
-    /// Marks this pull as waiting for another's download until the guard drops.
-    pub fn waiting(&self) -> Waiting<'_> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting(self)
+    /// While the guard lives this pull waits for `holder`'s download (None: a holder not known):
+    /// it is idle only when the holder is. Waiting for itself (an image listing one layer twice)
+    /// counts as idle.
+    pub fn follow(&self, holder: Option<Arc<PullState>>) -> Following<'_> {
+        match &holder {
+            Some(h) if std::ptr::eq(Arc::as_ptr(h), self) => {}
+            Some(h) => self.followed().push(h.clone()),
+            None => {
+                self.blind_waits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Following { state: self, holder }
+    }
+
+    fn followed(&self) -> std::sync::MutexGuard<'_, Vec<Arc<PullState>>> {
+        self.following.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pull moved without a byte arriving (unpacking what is already on disk).
+    pub fn moved(&self) {
+        self.touch();
     }
 
     fn touch(&self) {
@@ -114,11 +134,16 @@ impl PullState {
         self.touch();
     }
 
-    /// How long since the pull last moved.
+    /// How long since the pull, or a pull it waits for, last moved.
     fn idle(&self) -> Duration {
-        if self.waiting.load(Ordering::Relaxed) > 0 {
+        if self.blind_waits.load(Ordering::Relaxed) > 0 {
             return Duration::ZERO;
         }
+        let own = self.own_idle();
+        self.followed().iter().map(|h| h.own_idle()).fold(own, Duration::min)
+    }
+
+    fn own_idle(&self) -> Duration {
         let last = Duration::from_millis(self.last_progress_ms.load(Ordering::Relaxed));
         self.started.elapsed().saturating_sub(last)
     }
@@ -137,13 +162,26 @@ impl PullState {
     }
 }
 
-/// A pull waiting for another's download; see `PullState::waiting`.
-pub struct Waiting<'a>(&'a PullState);
+/// A pull waiting for another's download; see `PullState::follow`.
+pub struct Following<'a> {
+    state: &'a PullState,
+    holder: Option<Arc<PullState>>,
+}
 
-impl Drop for Waiting<'_> {
+impl Drop for Following<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
-        self.0.touch();
+        match &self.holder {
+            Some(h) => {
+                let mut followed = self.state.followed();
+                if let Some(at) = followed.iter().position(|f| Arc::ptr_eq(f, h)) {
+                    followed.remove(at);
+                }
+            }
+            None => {
+                self.state.blind_waits.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.state.touch();
     }
 }
 
@@ -281,6 +319,35 @@ mod tests {
             (10, 10, 1, 1)
         );
         assert_eq!(now.phase, Phase::Downloading);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_moves_while_the_pull_it_waits_for_does() {
+        let pulls = Pulls::default();
+        let (holder, waiter) = (pulls.begin("example.com/a:1"), pulls.begin("example.com/b:1"));
+        let stall = Duration::from_secs(60);
+        // The holder moves for 5 min: the waiter, receiving nothing itself, is not aborted.
+        let holder_state = holder.state.clone();
+        let wait = async {
+            let _following = waiter.state.follow(Some(holder_state.clone()));
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                holder_state.add_bytes(1);
+            }
+        };
+        watched(&waiter.state, stall, wait).await.unwrap();
+        // The holder stalls: so does the waiter.
+        let wait = async {
+            let _following = waiter.state.follow(Some(holder.state.clone()));
+            std::future::pending::<()>().await
+        };
+        assert!(watched(&waiter.state, stall, wait).await.is_err());
+        // Waiting for itself (one layer listed twice) is no excuse.
+        let wait = async {
+            let _following = waiter.state.follow(Some(waiter.state.clone()));
+            std::future::pending::<()>().await
+        };
+        assert!(watched(&waiter.state, stall, wait).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]

@@ -54,7 +54,7 @@ impl ImageManager {
         image: &ImageRef,
         credentials: &Credentials,
         runtime_handler: &str,
-        progress: &PullState,
+        progress: &Arc<PullState>,
     ) -> Result<ImageRecord, ImageError> {
         let image = image.clone();
         let pull_err = |source: PullError| ImageError::Pull {
@@ -204,17 +204,14 @@ impl ImageManager {
         descriptor: &OciDescriptor,
         layer: &LayerRecord,
         parent: Option<Digest>,
-        progress: &PullState,
+        progress: &Arc<PullState>,
     ) -> Result<(), PullError> {
         let io = |e: io::Error| PullError::Remote(format!("layer {}: {e}", layer.digest));
         if self.layer_ready(layer) {
             progress.add_bytes(layer.size);
             return Ok(());
         }
-        let _one_download = {
-            let _waiting = progress.waiting();
-            self.layer_locks.lock(layer.digest.as_str()).await
-        };
+        let _one_download = self.lock_for_pull(layer.digest.as_str(), progress).await;
         if self.layer_ready(layer) {
             progress.add_bytes(layer.size);
             return Ok(());
@@ -226,9 +223,10 @@ impl ImageManager {
             progress.add_bytes(layer.size);
             let blob = self.content.blob_path(&layer.digest);
             let (expected, dest, meter) = (layer.clone(), dest.clone(), self.disk_reserve.meter());
+            let progress = progress.clone();
             tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
-                unpack_verified(file, decoder, &dest, &expected, &meter)
+                unpack_verified(file, decoder, &dest, &expected, &meter, &progress)
             })
             .await
             .map_err(|e| PullError::Remote(e.to_string()))??
@@ -278,17 +276,17 @@ impl ImageManager {
         layer: &LayerRecord,
         decoder: Decoder,
         dest: std::path::PathBuf,
-        progress: &PullState,
+        progress: &Arc<PullState>,
     ) -> Result<u64, PullError> {
         // The download and the unpack both write to the disk the reserve protects.
         let meter = Arc::new(self.disk_reserve.meter());
         let Some(mut ingest) = self.open_ingest(&layer.digest).await? else {
             // Another writer finished this blob while we waited for its lock.
             let blob = self.content.blob_path(&layer.digest);
-            let expected = layer.clone();
+            let (expected, progress) = (layer.clone(), progress.clone());
             return tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
-                unpack_verified(file, decoder, &dest, &expected, &meter)
+                unpack_verified(file, decoder, &dest, &expected, &meter, &progress)
             })
             .await
             .map_err(|e| PullError::Remote(e.to_string()))?;
@@ -314,7 +312,7 @@ impl ImageManager {
         progress.add_bytes(offset);
         let (tx, rx) = mpsc::channel::<Result<Bytes, String>>(32);
         let store = self.content_root.clone();
-        let expected = layer.clone();
+        let (expected, worker_progress) = (layer.clone(), progress.clone());
         let worker = tokio::task::spawn_blocking(move || {
             let content = super::content::ContentStore::open(&store).map_err(|e| PullError::Remote(e.to_string()))?;
             let source = DownloadSource {
@@ -327,7 +325,7 @@ impl ImageManager {
                 what,
                 meter,
             };
-            let (unpacked, source) = unpack_download(source, decoder, &dest, &expected)?;
+            let (unpacked, source) = unpack_download(source, decoder, &dest, &expected, &worker_progress)?;
             source
                 .ingest
                 .commit(&content, &expected.digest)
@@ -458,14 +456,22 @@ fn unpack_download(
     decoder: Decoder,
     dest: &std::path::Path,
     expected: &LayerRecord,
+    progress: &PullState,
 ) -> Result<(u64, DownloadSource), PullError> {
     if source.ingest.resumed() > 0 {
         source.replay = Some(source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?);
     }
     let meter = source.meter.clone();
-    match unpack_verified(&mut source, decoder, dest, expected, &meter) {
+    match unpack_verified(&mut source, decoder, dest, expected, &meter, progress) {
         Ok(unpacked) => Ok((unpacked, source)),
-        Err(e) => Err(source.violation.take().unwrap_or(e)),
+        Err(e) => {
+            let e = source.violation.take().unwrap_or(e);
+            if matches!(e, PullError::NoSpace(_)) {
+                // Kept, it would hold the disk at the reserve until a retry.
+                source.ingest.discard();
+            }
+            Err(e)
+        }
     }
 }
 
@@ -477,6 +483,7 @@ fn unpack_verified<R: Read>(
     dest: &std::path::Path,
     expected: &LayerRecord,
     meter: &DiskMeter,
+    progress: &PullState,
 ) -> Result<u64, PullError> {
     let layer_err = |e: UnpackError| match e {
         _ if meter.tripped().is_some() => PullError::NoSpace(format!(
@@ -508,6 +515,7 @@ fn unpack_verified<R: Read>(
                 meter,
             },
             hasher: Sha256::new(),
+            progress,
         };
         let stats = unpack::unpack_layer(&mut hashing, dest).map_err(layer_err)?;
         // The tar end marker may be followed by padding: hash every byte.
@@ -527,15 +535,19 @@ fn unpack_verified<R: Read>(
     Ok(stats.bytes)
 }
 
-struct HashingReader<R> {
+/// The uncompressed layer on its way to the unpacker: hashed for the diff ID, and each read
+/// counts as the pull moving (a layer unpacked from a blob on disk receives no bytes).
+struct HashingReader<'a, R> {
     inner: R,
     hasher: Sha256,
+    progress: &'a PullState,
 }
 
-impl<R: Read> Read for HashingReader<R> {
+impl<R: Read> Read for HashingReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.hasher.update(&buf[..n]);
+        self.progress.moved();
         Ok(n)
     }
 }
