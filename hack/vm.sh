@@ -290,6 +290,15 @@ vm_test() {
 	"$repo_root/images/build.sh" "127.0.0.1:$port" >"$registry_dir/build.log" 2>&1 ||
 		{ tail -n 20 "$registry_dir/build.log" >&2; die "images/build.sh failed"; }
 	log "host registry 127.0.0.1:$port (10.0.2.2:$port in the guest) with the test images, $((SECONDS - started)) s"
+	# Two versions of the package from the tested debug binaries, for the guest's install and
+	# upgrade (target/debian/vm is shared with the guest at its host path).
+	local base pkg_dir=$repo_root/target/debian/vm
+	base=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo_root/Cargo.toml" | head -n 1)
+	rm -rf "$pkg_dir"
+	for v in "$base+vm1" "$base+vm2"; do
+		"$repo_root/hack/package.sh" --profile debug --version "$v" --out "$pkg_dir" >/dev/null
+	done
+	log "packages $base+vm1 and $base+vm2 built in $pkg_dir"
 	local args=(--env "SCUTE_TEST_REGISTRY=10.0.2.2:$port" --env SCUTE_TEST_NO_BUILD=1)
 	if [[ -n ${SCUTE_TEST_TOOLS:-} ]]; then
 		args+=(--share "$SCUTE_TEST_TOOLS" --env "SCUTE_TEST_TOOLS=$SCUTE_TEST_TOOLS")

@@ -4,7 +4,7 @@
 # filled with the test images, is SCUTE_TEST_REGISTRY).
 #
 #   hack/vm/node-tests.sh [STEP...]      steps: facts service critest kubelet integration bench
-#                                        reboot (default: all, in that order)
+#                                        package reboot (default: all, in that order)
 #
 # A step that passed is recorded in /var/lib/scute-vm-tests and not run again: `reboot` reboots
 # the guest, whose job unit then runs this script again to check what came back.
@@ -263,8 +263,68 @@ step_bench() {
 	[[ -z $(ls -A /sys/fs/cgroup/scute 2>/dev/null) ]] || fail "cgroupfs pods left cgroups: $(ls /sys/fs/cgroup/scute)"
 }
 
+step_package() {
+	step "Debian package (hack/package.sh): install, upgrade under a running pod, remove, purge"
+	local packages=$repo_root/target/debian/vm first second
+	first=$(ls "$packages"/scute_*+vm1_*.deb) || fail "no package in $packages (hack/vm.sh test builds them)"
+	second=$(ls "$packages"/scute_*+vm2_*.deb)
+	# From a node without scute: the hand install goes, its config kept aside.
+	systemctl disable --now scute 2>/dev/null || true
+	rm -f /etc/systemd/system/scute.service /usr/local/bin/scute /usr/local/bin/scute-shim
+	systemctl daemon-reload
+	rm -rf /etc/scute.hand
+	[[ ! -e /etc/scute ]] || mv /etc/scute /etc/scute.hand
+
+	DEBIAN_FRONTEND=noninteractive dpkg -i "$first" >/dev/null
+	systemctl is-active -q scute || fail "the package did not start scute.service"
+	systemctl is-enabled -q scute || fail "the package did not enable scute.service"
+	[[ $(systemctl show -p FragmentPath --value scute) == /lib/systemd/system/scute.service ]] ||
+		fail "scute.service comes from $(systemctl show -p FragmentPath --value scute)"
+	[[ -f /usr/share/man/man8/scute.8.gz ]] || fail "no man page"
+	cmp -s /etc/scute/config.toml <(/usr/bin/scute config default) || fail "/etc/scute/config.toml is not the default config"
+	log "installed $(dpkg-query -W -f '${Version}' scute): active, enabled, /etc/scute/config.toml the default"
+
+	# The operator's edits: the systemd driver and the test registry's mirrors.
+	sed -i 's/^cgroup_driver = .*/cgroup_driver = "systemd"/' /etc/scute/config.toml
+	hack/mirrors.sh "$registry" /etc/scute/certs.d 2>/dev/null
+	systemctl restart scute
+	read -r pod ctr < <(run_pod vm-pkg)
+	local pid shim_pid daemon_pid
+	pid=$(crictl inspect -o go-template --template '{{.info.pid}}' "$ctr")
+	shim_pid=$(pgrep -f "scute-shim --id $pod" | head -n 1)
+	daemon_pid=$(systemctl show -p MainPID --value scute)
+
+	DEBIAN_FRONTEND=noninteractive dpkg -i "$second" >/dev/null
+	[[ $(dpkg-query -W -f '${Version}' scute) == *+vm2 ]] || fail "the upgrade did not install +vm2"
+	[[ $(systemctl show -p MainPID --value scute) != "$daemon_pid" ]] || fail "the upgrade did not restart the daemon"
+	systemctl is-active -q scute || fail "scute.service is not active after the upgrade"
+	kill -0 "$pid" || fail "the container died with the upgrade"
+	kill -0 "$shim_pid" || fail "the shim died with the upgrade"
+	[[ $(crictl inspect -o go-template --template '{{.status.state}}' "$ctr") == CONTAINER_RUNNING ]] ||
+		fail "after the upgrade crictl does not see $ctr running"
+	[[ $(crictl exec "$ctr" echo alive) == alive ]] || fail "exec after the upgrade"
+	grep -q '^cgroup_driver = "systemd"' /etc/scute/config.toml || fail "the upgrade replaced the edited config"
+	log "upgraded to $(dpkg-query -W -f '${Version}' scute): daemon $daemon_pid -> $(systemctl show -p MainPID --value scute), container $pid and shim $shim_pid untouched, config kept"
+
+	crictl stopp "$pod" >/dev/null
+	crictl rmp "$pod" >/dev/null
+	wait_no_scute_units
+	dpkg -r scute >/dev/null
+	systemctl is-active -q scute && fail "scute.service still active after dpkg -r"
+	[[ ! -e /usr/bin/scute && -f /etc/scute/config.toml ]] || fail "dpkg -r: binaries must go, the config stay"
+	dpkg -P scute >/dev/null
+	[[ ! -e /etc/scute ]] || fail "dpkg -P left /etc/scute"
+	dpkg-query -W scute >/dev/null 2>&1 && [[ $(dpkg-query -W -f '${Status}' scute) != *not-installed* ]] &&
+		fail "scute is still known to dpkg after the purge"
+	log "removed (config kept) and purged (config gone); /var/lib/scute kept: $(ls /var/lib/scute | tr '\n' ' ')"
+
+	# Back to the hand install for the steps after this one.
+	rm -rf /etc/scute.hand
+	install_scute
+}
+
 steps=("$@")
-((${#steps[@]})) || steps=(facts service critest kubelet integration bench reboot)
+((${#steps[@]})) || steps=(facts service critest kubelet integration bench package reboot)
 for s in "${steps[@]}"; do
 	if [[ -e $state/$s.done ]]; then
 		continue
