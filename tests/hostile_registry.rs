@@ -488,6 +488,14 @@ async fn assert_no_image_kept(daemon: &Daemon) {
     );
 }
 
+/// The daemon still pulls a good image (served as `repo`) after what a test threw at it.
+async fn assert_pulls_on(daemon: &Daemon, registry: &Hostile, repo: &str) {
+    serve_good_image(registry, repo);
+    pull(daemon, &registry.image(repo))
+        .await
+        .unwrap_or_else(|e| panic!("a good image after all that: {e:?}"));
+}
+
 fn assert_bounded(daemon: &Daemon, before_kib: u64, what: &str) {
     let growth = daemon.peak_rss_kib().saturating_sub(before_kib);
     eprintln!("{what}: daemon peak RSS {} -> +{} KiB", before_kib, growth);
@@ -827,10 +835,7 @@ async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
 
     // None of it was kept, and the daemon still pulls a good image.
     assert_no_image_kept(&daemon).await;
-    serve_good_image(&registry, "hostile/after");
-    pull(&daemon, &registry.image("hostile/after"))
-        .await
-        .expect("a good image after all that");
+    assert_pulls_on(&daemon, &registry, "hostile/after").await;
 }
 
 /// (g) Credentials go to the registry they were given for and nowhere else: a blob redirected
@@ -1153,10 +1158,7 @@ async fn decompression_bombs_stop_at_the_disk_reserve() {
         );
     }
     assert_no_image_kept(&daemon).await;
-    serve_good_image(&registry, "hostile/after-bombs");
-    pull(&daemon, &registry.image("hostile/after-bombs"))
-        .await
-        .expect("a good image after the bombs");
+    assert_pulls_on(&daemon, &registry, "hostile/after-bombs").await;
 }
 
 /// (j) Documents sent compressed (`Content-Encoding`), which scute asks registries not to do
@@ -1172,12 +1174,7 @@ async fn documents_sent_compressed_are_never_inflated() {
     padded.resize(256 << 20, b' ');
     for coding in ["gzip", "zstd"] {
         let data = match coding {
-            "gzip" => {
-                use std::io::Write;
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                e.write_all(&padded).unwrap();
-                e.finish().unwrap()
-            }
+            "gzip" => gzip(&padded),
             _ => zstd::bulk::compress(&padded, 1).unwrap(),
         };
         let repo = format!("hostile/encoded-{coding}");
@@ -1194,12 +1191,7 @@ async fn documents_sent_compressed_are_never_inflated() {
     let layer = layer_tar();
     let mut config = config_json(&[sha256(&layer)]);
     config.resize(4 << 20, b' ');
-    let gzipped = {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(&config).unwrap();
-        e.finish().unwrap()
-    };
+    let gzipped = gzip(&config);
     let repo = "hostile/encoded-config";
     registry.blob(repo, &sha256(&layer), LAYER, Body::Sized(layer.clone()));
     registry.blob(
@@ -1239,12 +1231,7 @@ async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
     ));
     const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
     let tar = layer_tar();
-    let gzipped = {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        e.write_all(&tar).unwrap();
-        e.finish().unwrap()
-    };
+    let gzipped = gzip(&tar);
     let (len, digest, diff_id) = (gzipped.len() as u64, sha256(&gzipped), sha256(&tar));
     let every = Duration::from_millis(100);
     let body = Body::Drip {
@@ -1274,14 +1261,7 @@ async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
     };
     // Past the 5 s log interval, mid-layer.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))
-        .arg("pulls")
-        .arg("--address")
-        .arg(&daemon.socket)
-        .output()
-        .unwrap();
-    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
-    eprintln!("scute pulls:\n{listed}");
+    let listed = scute_pulls(&daemon);
     let line = listed
         .lines()
         .find(|l| l.starts_with(&image))
@@ -1323,15 +1303,28 @@ async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
         err.message()
     );
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
-    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))
+    let listed = scute_pulls(&daemon);
+    assert!(listed.contains("(no pull in flight)"), "{listed}");
+}
+
+/// What `scute pulls` prints for `daemon`.
+fn scute_pulls(daemon: &Daemon) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))
         .args(["pulls", "--address"])
         .arg(&daemon.socket)
         .output()
         .unwrap();
-    assert!(
-        String::from_utf8_lossy(&listed.stdout).contains("(no pull in flight)"),
-        "{listed:?}"
-    );
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("scute pulls:\n{listed}");
+    listed
+}
+
+/// `bytes` gzipped at the best ratio.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
 }
 
 /// GET /metrics from `address`: the body.
