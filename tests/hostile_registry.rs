@@ -344,16 +344,23 @@ fn layer_tar() -> Vec<u8> {
 /// An uncompressed tar holding `data` at `path`, root-owned, mode 0644, mtime 0.
 fn one_file_tar(path: &str, data: &[u8]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
+    let mut header = file_header(data.len() as u64);
+    builder.append_data(&mut header, path, data).unwrap();
+    builder.into_inner().unwrap()
+}
+
+/// A regular file's tar header: `size` bytes, root-owned, mode 0644, mtime 0 (the builder, or
+/// the caller after set_path, writes the checksum again).
+fn file_header(size: u64) -> tar::Header {
     let mut header = tar::Header::new_gnu();
-    header.set_size(data.len() as u64);
+    header.set_size(size);
     header.set_mode(0o644);
     header.set_uid(0);
     header.set_gid(0);
     header.set_mtime(0);
     header.set_entry_type(tar::EntryType::Regular);
     header.set_cksum();
-    builder.append_data(&mut header, path, data).unwrap();
-    builder.into_inner().unwrap()
+    header
 }
 
 fn config_json(diff_ids: &[String]) -> Vec<u8> {
@@ -1018,14 +1025,8 @@ impl std::io::Write for CompressedTar {
 fn zero_bomb(coding: &str, size: u64) -> (Vec<u8>, String) {
     use std::io::Write;
     let mut out = CompressedTar::new(coding);
-    let mut header = tar::Header::new_gnu();
+    let mut header = file_header(size);
     header.set_path("zeros").unwrap();
-    header.set_size(size);
-    header.set_mode(0o644);
-    header.set_uid(0);
-    header.set_gid(0);
-    header.set_mtime(0);
-    header.set_entry_type(tar::EntryType::Regular);
     header.set_cksum();
     out.write_all(header.as_bytes()).unwrap();
     let zeros = vec![0u8; 1 << 20];
@@ -1043,14 +1044,7 @@ fn zero_bomb(coding: &str, size: u64) -> (Vec<u8>, String) {
 fn inode_bomb(count: usize) -> (Vec<u8>, String) {
     let mut builder = tar::Builder::new(CompressedTar::new("gzip"));
     for i in 0..count {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(0);
-        header.set_mode(0o644);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(0);
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_cksum();
+        let mut header = file_header(0);
         builder
             .append_data(&mut header, format!("f/{i:06}"), std::io::empty())
             .unwrap();
