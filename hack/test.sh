@@ -34,6 +34,18 @@ print_timings() {
 	printf '\n==> where the time went\n' >&2
 	printf '%s\n' "${timings[@]}" >&2
 	printf '%6ds  total\n' "$SECONDS" >&2
+	disk_report
+}
+# The tests' daemons keep their stores under the temp dir and stop a pull that would leave
+# less than 5% of its filesystem free ([image] min_free_disk_percent): a disk filled by
+# something else makes every pull fail with ResourceExhausted, so say how full it is.
+tmp_fs=${TMPDIR:-/tmp}
+free_percent() {
+	df -P -B1 "$tmp_fs" | awk 'NR==2 { print int($4 * 100 / ($3 + $4)) }'
+}
+disk_report() {
+	printf '==> disk: %s%% of %s free (%s available), target/ holds %s\n' "$(free_percent)" "$tmp_fs" \
+		"$(df -P -h "$tmp_fs" | awk 'NR==2 { print $4 }')" "$(du -sh target 2>/dev/null | cut -f1)" >&2
 }
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -42,6 +54,11 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 trap print_timings EXIT
+
+if (($(free_percent) < 8)); then
+	disk_report
+	echo "test.sh: warning: the tests' pulls stop at 5% free (a build adds several GiB): free space first" >&2
+fi
 
 step "system packages"
 hack/setup.sh
