@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use common::pod::{container, pod, Pod, BUSYBOX};
+use common::pod::{container, pod, pod_with, Pod, BUSYBOX};
 use common::Daemon;
 use scute::api;
 use sha2::{Digest as _, Sha256};
@@ -61,6 +61,102 @@ fn unused_snapshots(daemon: &Daemon) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Where the test's pods get their cgroups (the default parent, /scute), in the pids
+/// hierarchy of a v1 host or the unified one.
+fn cgroup_parent_dir() -> PathBuf {
+    let root = Path::new("/sys/fs/cgroup");
+    let dir = if scute_sys::cgroupfs::is_cgroup2(root) {
+        root.join("scute")
+    } else {
+        root.join("pids/scute")
+    };
+    assert!(dir.is_dir(), "{} exists while a pod runs", dir.display());
+    dir
+}
+
+/// A cgroup's path as doctor names it: below its hierarchy's root.
+fn cgroup_path(dir: &Path) -> String {
+    let path = dir.to_str().unwrap();
+    let below = path.strip_prefix("/sys/fs/cgroup/pids").unwrap_or(path);
+    below.strip_prefix("/sys/fs/cgroup").unwrap_or(below).to_string()
+}
+
+/// The pod's cached CNI attachment copied for pod `id` (which nothing records), with an address
+/// leased to it in the pod network's host-local data dir: (the cache file, the lease).
+fn forge_attachment(pod: &Pod, id: &str) -> (PathBuf, PathBuf) {
+    let results = pod.daemon.state.join("cni/results");
+    let own = std::fs::read_dir(&results)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(&format!("-{}-eth0", pod.id)))
+        .expect("the pod's attachment is cached");
+    let mut cached: serde_json::Value = serde_json::from_slice(&std::fs::read(&own).unwrap()).unwrap();
+    cached["containerId"] = id.into();
+    let name = own.file_name().unwrap().to_string_lossy().replace(&pod.id, id);
+    let forged = results.join(name);
+    std::fs::write(&forged, cached.to_string()).unwrap();
+    let ipam = pod.daemon.dir().join("cni-ipam");
+    let network = std::fs::read_dir(&ipam).unwrap().flatten().next().unwrap().path();
+    let own_lease = std::fs::read_dir(&network)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok()
+        })
+        .expect("the pod holds a lease");
+    let address: std::net::Ipv4Addr = own_lease.file_name().unwrap().to_str().unwrap().parse().unwrap();
+    let [a, b, c, _] = address.octets();
+    let lease = network.join(std::net::Ipv4Addr::new(a, b, c, 250).to_string());
+    std::fs::write(&lease, format!("{id}\r\neth0")).unwrap();
+    (forged, lease)
+}
+
+/// SIGKILLs the pod's shim (found by its state dir) and the processes it started.
+fn kill_shim_and_pause(pod: &Pod) {
+    let shim_dir = pod.daemon.state.join("shims").join(&pod.id[..32]);
+    let processes: Vec<(i32, i32, Vec<u8>)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let ppid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:"))?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((pid, ppid, std::fs::read(e.path().join("cmdline")).ok()?))
+        })
+        .collect();
+    let wanted = shim_dir.to_str().unwrap().as_bytes();
+    let shim = processes
+        .iter()
+        .find(|(_, _, cmdline)| cmdline.split(|b| *b == 0).any(|a| a == wanted))
+        .map(|(pid, _, _)| *pid)
+        .expect("the pod's shim runs");
+    let kill =
+        |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    for (pid, _, _) in processes.iter().filter(|(_, ppid, _)| *ppid == shim) {
+        kill(*pid);
+    }
+    kill(shim);
+    let socket = shim_dir.join("shim.sock");
+    for _ in 0..100 {
+        if std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the shim still answers");
+}
+
 async fn image_names(pod: &Pod) -> Vec<String> {
     pod.daemon
         .images()
@@ -77,7 +173,7 @@ async fn image_names(pod: &Pod) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use() {
-    let mut pod = pod("doctor").await;
+    let mut pod = pod_with("doctor", Some(vec![])).await;
     let busybox_id = pod.pull(BUSYBOX).await;
     let id = pod.run(container("c", "echo up; exec sleep 3600")).await;
     pod.wait_log("c", "up").await;
@@ -125,11 +221,33 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
     )
     .unwrap();
 
+    // Cgroups named for members no record knows: one with a process nothing would stop.
+    let cgroups = cgroup_parent_dir();
+    let (busy_cgroup, empty_cgroup) = (
+        cgroups.join(format!("scute-{}", "12".repeat(32))),
+        cgroups.join(format!("scute-{}", "34".repeat(32))),
+    );
+    let mut stray_process = std::process::Command::new("sleep").arg("3600").spawn().unwrap();
+    for dir in [&busy_cgroup, &empty_cgroup] {
+        std::fs::create_dir(dir).unwrap();
+        age(dir);
+    }
+    std::fs::write(busy_cgroup.join("cgroup.procs"), stray_process.id().to_string()).unwrap();
+    // The network of a pod no record knows: its attachment still cached, its address leased
+    // (as the pod's own are), and a lease in scute's default network with no attachment.
+    let (attachment, lease) = forge_attachment(&pod, &"56".repeat(32));
+    let default_lease = state.join("cni/networks/scute/10.88.0.7");
+    std::fs::create_dir_all(default_lease.parent().unwrap()).unwrap();
+    std::fs::write(&default_lease, format!("{}\r\neth0", "78".repeat(32))).unwrap();
+    for path in [&attachment, &lease, &default_lease] {
+        age(path);
+    }
+
     // Found, through the running daemon, and nothing changed.
     let (code, out) = doctor(&pod.daemon, &[]);
     assert_eq!(code, 1, "{out}");
     let gone_chain = format!("sha256:{}", gone_snapshot.file_name().unwrap().to_string_lossy());
-    for (kind, subject) in [
+    let damage = [
         ("corrupt-blob", busybox_id.clone()),
         ("missing-snapshot", gone_chain.clone()),
         ("damaged-image", HTTPD.to_string()),
@@ -138,12 +256,21 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
         ("partial-download", ingest.display().to_string()),
         ("orphan-dir", orphan_dir.display().to_string()),
         ("stale-netns", netns.display().to_string()),
-    ] {
+        ("orphan-cgroup", cgroup_path(&busy_cgroup)),
+        ("orphan-cgroup", cgroup_path(&empty_cgroup)),
+        ("stale-attachment", attachment.display().to_string()),
+        ("stale-lease", default_lease.display().to_string()),
+    ];
+    for (kind, subject) in &damage {
         assert!(
             out.lines().any(|l| l.starts_with(&format!("{kind}\t{subject}\t"))),
             "{kind} {subject} not found:\n{out}"
         );
     }
+    assert!(
+        out.contains("1 process(es) nothing can stop"),
+        "the cgroup's process is counted: {out}"
+    );
     assert!(
         !out.contains(&fresh_dir.display().to_string()),
         "a fresh dir may be a create in flight: {out}"
@@ -151,6 +278,11 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
     assert!(!out.contains("repaired"), "{out}");
     assert!(config_blob.exists() && orphan_snapshot.exists() && ingest.exists() && orphan_dir.exists());
     assert!(scute_sys::mountinfo::is_mountpoint(&netns));
+    assert!(
+        stray_process.try_wait().unwrap().is_none(),
+        "a read-only run kills nothing"
+    );
+    assert!(busy_cgroup.exists() && empty_cgroup.exists() && attachment.exists() && lease.exists());
     let (code, quick) = doctor(&pod.daemon, &["--quick"]);
     assert_eq!(code, 1);
     assert!(
@@ -161,9 +293,25 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
     // Repaired, and what is in use goes on.
     let (code, out) = doctor(&pod.daemon, &["--repair"]);
     assert_eq!(code, 0, "{out}");
-    assert_eq!(out.lines().filter(|l| l.ends_with("\trepaired")).count(), 8, "{out}");
+    for (kind, subject) in &damage {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("{kind}\t{subject}\t")) && l.ends_with("\trepaired")),
+            "{kind} {subject} not repaired:\n{out}"
+        );
+    }
     assert!(!config_blob.exists() && !orphan_snapshot.exists() && !ingest.exists() && !orphan_dir.exists());
     assert!(!netns.exists() && !scute_sys::mountinfo::is_mountpoint(&netns));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        stray_process.wait().unwrap().signal(),
+        Some(9),
+        "the stray process is killed"
+    );
+    assert!(!busy_cgroup.exists() && !empty_cgroup.exists());
+    assert!(!attachment.exists(), "the attachment's DEL ran");
+    assert!(!lease.exists(), "host-local released its address in that DEL");
+    assert!(!default_lease.exists());
     assert!(fresh_dir.exists());
     let (code, out) = doctor(&pod.daemon, &[]);
     assert_eq!(code, 0, "{out}");
@@ -215,6 +363,12 @@ async fn the_start_after_a_crash_settles_the_store() {
     let root = pod.daemon.root.clone();
     pod.daemon.kill();
     assert!(root.join("running").exists());
+    // The pod's shim and pause died too (a power cut takes everything): the stopped daemon's
+    // doctor sees a pod recorded ready that no shim serves.
+    kill_shim_and_pause(&pod);
+    let (code, out) = doctor(&pod.daemon, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("dead-shim\t{}\t", pod.id)), "{out}");
     let unused = unused_snapshots(&pod.daemon);
     std::fs::remove_dir_all(&unused[0]).unwrap();
     let ingest = root.join("content/ingest").join("cd".repeat(32));
@@ -227,6 +381,8 @@ async fn the_start_after_a_crash_settles_the_store() {
     );
     assert!(!image_names(&pod).await.iter().any(|n| n == HTTPD));
     assert!(ingest.exists(), "a partial download stays to resume");
+    let (_, out) = doctor(&pod.daemon, &[]);
+    assert!(!out.contains("dead-shim"), "the start marked the pod NotReady: {out}");
     pod.pull(HTTPD).await;
 
     // A clean stop leaves no marker: the next start checks nothing.

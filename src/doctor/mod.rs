@@ -4,9 +4,13 @@
 //! respected; the daemon also runs the cheap form at start after an unclean stop.
 //!
 //! The image store's checks are the image manager's (`image/doctor.rs`); the pods' and
-//! containers' leftovers are `runtime.rs`'s.
+//! containers' directories and netns pins are `runtime.rs`'s, their cgroups `cgroups.rs`'s,
+//! their network `network.rs`'s and their shims `shims.rs`'s.
 
+pub mod cgroups;
+pub mod network;
 pub mod runtime;
+pub mod shims;
 
 use std::fmt;
 use std::path::Path;
@@ -52,10 +56,18 @@ pub enum Kind {
     OrphanDir,
     /// A network namespace file no pod records.
     StaleNetns,
+    /// A pod's or container's cgroup no record knows (empty, or with processes nothing stops).
+    OrphanCgroup,
+    /// A CNI attachment cached for a pod no record knows: its address is still held.
+    StaleAttachment,
+    /// A lease in the default network's IPAM naming a pod no record knows.
+    StaleLease,
+    /// A pod recorded ready whose shim is gone or does not answer.
+    DeadShim,
 }
 
 impl Kind {
-    const ALL: [Kind; 9] = [
+    const ALL: [Kind; 13] = [
         Kind::CorruptBlob,
         Kind::OrphanBlob,
         Kind::PartialDownload,
@@ -65,6 +77,10 @@ impl Kind {
         Kind::DamagedImage,
         Kind::OrphanDir,
         Kind::StaleNetns,
+        Kind::OrphanCgroup,
+        Kind::StaleAttachment,
+        Kind::StaleLease,
+        Kind::DeadShim,
     ];
 
     pub fn parse(s: &str) -> Option<Kind> {
@@ -82,6 +98,10 @@ impl Kind {
             Kind::DamagedImage => "damaged-image",
             Kind::OrphanDir => "orphan-dir",
             Kind::StaleNetns => "stale-netns",
+            Kind::OrphanCgroup => "orphan-cgroup",
+            Kind::StaleAttachment => "stale-attachment",
+            Kind::StaleLease => "stale-lease",
+            Kind::DeadShim => "dead-shim",
         }
     }
 }
@@ -168,12 +188,15 @@ pub async fn run(config: &Config, socket: &Path, depth: Depth, repair: bool) -> 
             })
             .collect());
     }
-    let config = config.clone();
-    tokio::task::spawn_blocking(move || offline(&config, depth, repair)).await?
+    let offline = config.clone();
+    let (store, mut found) = tokio::task::spawn_blocking(move || offline_store(&offline, depth, repair)).await??;
+    let cni = crate::sandbox::cni::CniManager::new(&config.cni, &config.state);
+    found.extend(network::examine(&store, &cni, repair, Duration::ZERO).await?);
+    Ok(found)
 }
 
-/// The daemon is stopped: open its store here.
-fn offline(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<Vec<Finding>> {
+/// The daemon is stopped: open its store here and run the checks that need no async runtime.
+fn offline_store(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<(Arc<Store>, Vec<Finding>)> {
     let store_path = config.root.join("meta.redb");
     anyhow::ensure!(store_path.exists(), "no scute store at {}", store_path.display());
     let store = Arc::new(Store::open(&store_path).with_context(|| {
@@ -203,5 +226,7 @@ fn offline(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<Vec<Fi
         repair,
         Duration::ZERO,
     )?);
-    Ok(found)
+    found.extend(cgroups::examine(&store, &config.state, repair, Duration::ZERO)?);
+    found.extend(shims::examine_stopped(&store, &config.state)?);
+    Ok((store, found))
 }

@@ -150,7 +150,7 @@ impl SandboxManager {
     /// The shim's state dir. Named by the first 32 hex digits of the ID (128 random bits): the
     /// socket inside must fit sun_path's 108 bytes even under a long state dir.
     fn shim_dir(&self, id: &str) -> PathBuf {
-        self.config.state.join("shims").join(&id[..id.len().min(32)])
+        shim_dir(&self.config.state, id)
     }
 
     fn netns_path(&self, id: &str) -> PathBuf {
@@ -720,6 +720,11 @@ impl SandboxManager {
             }
         }
     }
+}
+
+/// The state dir of pod `id`'s shim (its socket is there), under the daemon's `state`.
+pub fn shim_dir(state: &Path, id: &str) -> PathBuf {
+    state.join("shims").join(&id[..id.len().min(32)])
 }
 
 /// SIGKILLs every scute-shim serving `shim_dir` (its `--state-dir`): after a crash, a shim the

@@ -10,18 +10,23 @@ impl Cri {
         let depth = if request.quick { Depth::Quick } else { Depth::Full };
         let (images, store) = (self.images.clone(), self.store.clone());
         let (root, state) = (self.config.root.clone(), self.config.state.clone());
-        let findings = tokio::task::spawn_blocking(move || -> Result<Vec<doctor::Finding>, RpcError> {
+        let settled = doctor::runtime::SETTLED;
+        let mut findings = tokio::task::spawn_blocking(move || -> Result<Vec<doctor::Finding>, RpcError> {
             let mut found = images.doctor(depth, request.repair)?;
             found.extend(doctor::runtime::examine(
                 &store,
                 &root,
                 &state,
                 request.repair,
-                doctor::runtime::SETTLED,
+                settled,
             )?);
+            found.extend(doctor::cgroups::examine(&store, &state, request.repair, settled)?);
             Ok(found)
         })
         .await??;
+        let cni = self.sandboxes.cni();
+        findings.extend(doctor::network::examine(&self.store, cni, request.repair, settled).await?);
+        findings.extend(doctor::shims::examine(&self.sandboxes, &self.store, request.repair).await?);
         Ok(DoctorResponse {
             findings: findings.into_iter().map(to_wire).collect(),
         })

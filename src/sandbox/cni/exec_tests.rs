@@ -205,7 +205,12 @@ async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_resul
 
     assert!(mgr.cached_attachments().is_empty());
     let result = mgr.setup(&req).await.unwrap();
-    assert_eq!(mgr.cached_attachments(), [("sandbox1".to_string(), "eth0".to_string())]);
+    let cached: Vec<(String, String)> = mgr
+        .cached_attachments()
+        .into_iter()
+        .map(|c| (c.container_id, c.ifname))
+        .collect();
+    assert_eq!(cached, [("sandbox1".to_string(), "eth0".to_string())]);
     assert_eq!(
         result.ips,
         vec!["10.9.0.4".parse::<IpAddr>().unwrap()],

@@ -252,6 +252,17 @@ struct CachedAttachment {
     result: Value,
 }
 
+/// The embedded default network's IPAM data dir, under the state dir.
+const LEASES_DIR: &str = "cni/networks";
+
+/// A cached attachment: whose, on which interface, and its cache file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cached {
+    pub container_id: String,
+    pub ifname: String,
+    pub path: PathBuf,
+}
+
 /// Runs the pod network for pod sandboxes: the network in use, ADD/DEL/CHECK/STATUS.
 pub struct CniManager {
     config: CniConfig,
@@ -268,15 +279,21 @@ impl CniManager {
         CniManager {
             config: config.clone(),
             state_dir: state_dir.to_path_buf(),
-            default_list: default_conflist(DEFAULT_BRIDGE, DEFAULT_SUBNET, &state_dir.join("cni/networks")),
+            default_list: default_conflist(DEFAULT_BRIDGE, DEFAULT_SUBNET, &state_dir.join(LEASES_DIR)),
             timeout: DEFAULT_PLUGIN_TIMEOUT,
             probe: ProbeCache::default(),
         }
     }
 
+    /// Where the embedded default network's host-local IPAM keeps its leases (scute's alone:
+    /// `<dir>/<network>/<ip>`, each naming the pod that holds it).
+    pub fn default_leases_dir(&self) -> PathBuf {
+        self.state_dir.join(LEASES_DIR)
+    }
+
     /// Another bridge and subnet for the embedded default network (tests; a future config key).
     pub fn with_default_network(mut self, bridge: &str, subnet: &str) -> Self {
-        self.default_list = default_conflist(bridge, subnet, &self.state_dir.join("cni/networks"));
+        self.default_list = default_conflist(bridge, subnet, &self.state_dir.join(LEASES_DIR));
         self
     }
 
@@ -353,20 +370,25 @@ impl CniManager {
         })
     }
 
-    /// `(container ID, interface)` of every cached attachment, for recovery after a crash: an
-    /// attachment whose sandbox the store does not know should be torn down (CNI 1.1's GC idea).
-    pub fn cached_attachments(&self) -> Vec<(String, String)> {
+    /// Every cached attachment, for recovery after a crash and `scute doctor`: an attachment
+    /// whose pod has no record still holds its IP until its DEL runs.
+    pub fn cached_attachments(&self) -> Vec<Cached> {
         let Ok(entries) = std::fs::read_dir(self.state_dir.join("cni/results")) else {
             return Vec::new();
         };
-        let mut found: Vec<(String, String)> = entries
+        let mut found: Vec<Cached> = entries
             .flatten()
             .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .filter_map(|e| std::fs::read(e.path()).ok())
-            .filter_map(|bytes| serde_json::from_slice::<CachedAttachment>(&bytes).ok())
-            .map(|c| (c.container_id, c.ifname))
+            .filter_map(|e| {
+                let cached = serde_json::from_slice::<CachedAttachment>(&std::fs::read(e.path()).ok()?).ok()?;
+                Some(Cached {
+                    container_id: cached.container_id,
+                    ifname: cached.ifname,
+                    path: e.path(),
+                })
+            })
             .collect();
-        found.sort();
+        found.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
         found
     }
 

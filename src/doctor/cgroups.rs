@@ -1,0 +1,223 @@
+//! Cgroups named for a pod or container (`scute-<id>`, `scute-<id>.scope`) that no record
+//! knows: a crash between libcontainer making one and the record being written, or a removal
+//! cut short. An empty one only clutters the tree; one with processes is a container nothing
+//! can stop through the CRI. Repair thaws and kills what is inside, then removes the cgroup in
+//! every hierarchy.
+//!
+//! Another scute on the host (the tests run several) uses the same names: a cgroup whose
+//! processes a shim of another state dir supervises is that daemon's, and is left alone.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Finding, Kind};
+use crate::container::record::ContainerRecord;
+use crate::sandbox::record::SandboxRecord;
+use crate::store::{self, Store};
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// How deep the walk goes below a hierarchy's root (kubepods/burstable/pod<uid>/scute-<id> is 4).
+const MAX_DEPTH: usize = 8;
+/// How long repair waits for killed processes to leave a cgroup.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Finds (and with `repair` removes) scute's cgroups no record knows that were made at least
+/// `settled` ago. `state` is this daemon's state dir (its shims live under `state/shims`).
+pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> Result<Vec<Finding>, store::Error> {
+    let mut known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
+    known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
+    let ours = state.join("shims");
+    let mut findings = Vec::new();
+    for (path, dirs) in unknown_cgroups(&known) {
+        let fresh = dirs.iter().any(|d| {
+            d.metadata()
+                .and_then(|m| m.modified())
+                .map_or(true, |t| t.elapsed().unwrap_or_default() < settled)
+        });
+        if fresh {
+            continue;
+        }
+        let pids = procs(&dirs);
+        if pids
+            .iter()
+            .any(|pid| supervisor(*pid).is_some_and(|shim| !shim.starts_with(&ours)))
+        {
+            continue;
+        }
+        let detail = match pids.len() {
+            0 => "no pod or container records it; empty".to_string(),
+            n => format!("no pod or container records it; {n} process(es) nothing can stop"),
+        };
+        let mut finding = Finding::new(Kind::OrphanCgroup, path, 0, detail);
+        if repair {
+            finding.repaired = remove(&dirs, &mut finding.detail);
+        }
+        findings.push(finding);
+    }
+    Ok(findings)
+}
+
+/// Every `scute-<id>` cgroup whose id is not `known`, by its path below the hierarchies' roots,
+/// with its directory in each hierarchy that has it.
+fn unknown_cgroups(known: &HashSet<String>) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut found = BTreeMap::new();
+    for root in hierarchies() {
+        walk(&root, &root, 0, known, &mut found);
+    }
+    found
+}
+
+/// The unified hierarchy, or each v1 hierarchy and the hybrid host's unified one (the
+/// `cpu` → `cpu,cpuacct` links are skipped: the same hierarchy twice).
+fn hierarchies() -> Vec<PathBuf> {
+    let root = Path::new(CGROUP_ROOT);
+    if scute_sys::cgroupfs::is_cgroup2(root) {
+        return vec![root.to_path_buf()];
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| p.join("cgroup.procs").exists())
+        .collect()
+}
+
+fn walk(root: &Path, dir: &Path, depth: usize, known: &HashSet<String>, found: &mut BTreeMap<String, Vec<PathBuf>>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        match member_id(&entry.file_name().to_string_lossy()) {
+            Some(id) if !known.contains(id) => {
+                let below = path.strip_prefix(root).unwrap_or(&path);
+                found.entry(format!("/{}", below.display())).or_default().push(path);
+            }
+            Some(_) => {}
+            None if depth < MAX_DEPTH => walk(root, &path, depth + 1, known, found),
+            None => {}
+        }
+    }
+}
+
+/// The ID in a pod member's cgroup name (`crate::cgroups` makes them), if it is one.
+fn member_id(name: &str) -> Option<&str> {
+    let id = name.strip_prefix("scute-")?;
+    let id = id.strip_suffix(".scope").unwrap_or(id);
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// The processes in the cgroup (and below it), in every hierarchy.
+fn procs(dirs: &[PathBuf]) -> Vec<i32> {
+    let mut pids: Vec<i32> = dirs
+        .iter()
+        .flat_map(|d| subtree(d))
+        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+        .flat_map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect::<Vec<i32>>())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// `dir` and the cgroups below it, deepest first (the order rmdir needs).
+fn subtree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(subtree(&entry.path()));
+            }
+        }
+    }
+    out.push(dir.to_path_buf());
+    out
+}
+
+/// The state dir of the scute-shim that `pid` descends from, if one does.
+fn supervisor(pid: i32) -> Option<PathBuf> {
+    let mut pid = pid;
+    for _ in 0..16 {
+        if pid <= 1 {
+            return None;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.first().is_some_and(|a| a.ends_with(b"scute-shim")) {
+            let dir = args
+                .windows(2)
+                .find(|w| w[0] == b"--state-dir")
+                .map(|w| w[1])
+                .or_else(|| args.iter().find_map(|a| a.strip_prefix(b"--state-dir=")))?;
+            return Some(PathBuf::from(String::from_utf8_lossy(dir).into_owned()));
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        pid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|p| p.trim().parse().ok())?;
+    }
+    None
+}
+
+/// Thaws the cgroup (a frozen process never dies), kills what is in it and removes it in every
+/// hierarchy; says why not in `detail` when it cannot.
+fn remove(dirs: &[PathBuf], detail: &mut String) -> bool {
+    for dir in dirs {
+        let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+        let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
+    }
+    let deadline = Instant::now() + KILL_WAIT;
+    loop {
+        let pids = procs(dirs);
+        if pids.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            detail.push_str(&format!("; {} process(es) would not die", pids.len()));
+            return false;
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for dir in dirs.iter().flat_map(|d| subtree(d)) {
+        match std::fs::remove_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                detail.push_str(&format!("; removing {}: {e}", dir.display()));
+                return false;
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_pod_members_names_are_scutes() {
+        let id = "ab".repeat(32);
+        assert_eq!(member_id(&format!("scute-{id}")), Some(id.as_str()));
+        assert_eq!(member_id(&format!("scute-{id}.scope")), Some(id.as_str()));
+        for other in ["scute", "scute-abc", "kubepods", &format!("cri-containerd-{id}.scope")] {
+            assert_eq!(member_id(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_process_is_supervised_by_the_shim_it_descends_from_or_none() {
+        assert_eq!(supervisor(std::process::id() as i32), None);
+        assert_eq!(supervisor(1), None);
+    }
+}

@@ -1,0 +1,63 @@
+//! Ready pods whose shim is gone or does not answer. The running daemon learns of a shim's
+//! death from its exit subscription and marks the pod NotReady itself; this finds what that
+//! missed (a shim that hangs), and with the daemon stopped, the pods its next start will mark
+//! NotReady (it can do that, and send the event the kubelet waits for; doctor cannot).
+
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use super::{Finding, Kind};
+use crate::sandbox::manager::{shim_dir, SandboxManager};
+use crate::sandbox::record::{SandboxRecord, SandboxState};
+use crate::shim_client::SOCKET_FILE;
+use crate::store::{self, Store};
+
+/// Through the running daemon: each Ready pod's shim is asked for its pause; with `repair`, a
+/// pod whose answer is not "running" becomes NotReady (and its STOPPED event goes out).
+pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) -> Result<Vec<Finding>, store::Error> {
+    let mut findings = Vec::new();
+    for record in ready(store)? {
+        let state = sandboxes.live_state(&record).await;
+        if state == SandboxState::Ready {
+            continue;
+        }
+        let mut finding = Finding::new(
+            Kind::DeadShim,
+            record.id.clone(),
+            0,
+            format!("recorded ready, but its shim or pause is {state:?}"),
+        );
+        if repair {
+            match sandboxes.pause_exited(&record.id).await {
+                Ok(()) => finding.repaired = true,
+                Err(e) => finding.detail.push_str(&format!("; not marked NotReady: {e}")),
+            }
+        }
+        findings.push(finding);
+    }
+    Ok(findings)
+}
+
+/// With the daemon stopped: each Ready pod's shim socket must accept a connection.
+pub fn examine_stopped(store: &Store, state: &Path) -> Result<Vec<Finding>, store::Error> {
+    Ok(ready(store)?
+        .into_iter()
+        .filter(|record| UnixStream::connect(shim_dir(state, &record.id).join(SOCKET_FILE)).is_err())
+        .map(|record| {
+            Finding::new(
+                Kind::DeadShim,
+                record.id,
+                0,
+                "recorded ready, but no shim answers; the daemon marks it NotReady when it starts",
+            )
+        })
+        .collect())
+}
+
+fn ready(store: &Store) -> Result<Vec<SandboxRecord>, store::Error> {
+    Ok(store
+        .list::<SandboxRecord>()?
+        .into_iter()
+        .filter(|r| r.state == SandboxState::Ready)
+        .collect())
+}
