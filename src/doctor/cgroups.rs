@@ -4,8 +4,10 @@
 //! can stop through the CRI. Repair thaws and kills what is inside, then removes the cgroup in
 //! every hierarchy.
 //!
-//! Another scute on the host (the tests run several) uses the same names: a cgroup whose
-//! processes a shim of another state dir supervises is that daemon's, and is left alone.
+//! Another scute on the host (the tests run several) uses the same names: a cgroup of a pod
+//! or container that a live shim of another state dir serves is that daemon's, and is left
+//! alone (a shim's state dir is named after its pod, and holds `containers/<id>` for each
+//! container libcontainer made).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -27,24 +29,21 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> Result<Vec<Finding>, store::Error> {
     let mut known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
     known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
-    let ours = state.join("shims");
+    let others = other_shims(&state.join("shims"));
     let mut findings = Vec::new();
-    for (path, dirs) in unknown_cgroups(&known) {
+    for ((path, id), dirs) in unknown_cgroups(&known) {
         let fresh = dirs.iter().any(|d| {
             d.metadata()
                 .and_then(|m| m.modified())
                 .map_or(true, |t| t.elapsed().unwrap_or_default() < settled)
         });
-        if fresh {
+        let served_elsewhere = others
+            .iter()
+            .any(|shim| shim.file_name() == Some(id[..32].as_ref()) || shim.join("containers").join(&id).exists());
+        if fresh || served_elsewhere {
             continue;
         }
         let pids = procs(&dirs);
-        if pids
-            .iter()
-            .any(|pid| supervisor(*pid).is_some_and(|shim| !shim.starts_with(&ours)))
-        {
-            continue;
-        }
         let detail = match pids.len() {
             0 => "no pod or container records it; empty".to_string(),
             n => format!("no pod or container records it; {n} process(es) nothing can stop"),
@@ -58,9 +57,9 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
     Ok(findings)
 }
 
-/// Every `scute-<id>` cgroup whose id is not `known`, by its path below the hierarchies' roots,
-/// with its directory in each hierarchy that has it.
-fn unknown_cgroups(known: &HashSet<String>) -> BTreeMap<String, Vec<PathBuf>> {
+/// Every `scute-<id>` cgroup whose id is not `known`, by its path below the hierarchies' roots
+/// and its id, with its directory in each hierarchy that has it.
+fn unknown_cgroups(known: &HashSet<String>) -> BTreeMap<(String, String), Vec<PathBuf>> {
     let mut found = BTreeMap::new();
     for root in hierarchies() {
         walk(&root, &root, 0, known, &mut found);
@@ -86,7 +85,13 @@ fn hierarchies() -> Vec<PathBuf> {
         .collect()
 }
 
-fn walk(root: &Path, dir: &Path, depth: usize, known: &HashSet<String>, found: &mut BTreeMap<String, Vec<PathBuf>>) {
+fn walk(
+    root: &Path,
+    dir: &Path,
+    depth: usize,
+    known: &HashSet<String>,
+    found: &mut BTreeMap<(String, String), Vec<PathBuf>>,
+) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -98,7 +103,10 @@ fn walk(root: &Path, dir: &Path, depth: usize, known: &HashSet<String>, found: &
         match member_id(&entry.file_name().to_string_lossy()) {
             Some(id) if !known.contains(id) => {
                 let below = path.strip_prefix(root).unwrap_or(&path);
-                found.entry(format!("/{}", below.display())).or_default().push(path);
+                found
+                    .entry((format!("/{}", below.display()), id.to_string()))
+                    .or_default()
+                    .push(path);
             }
             Some(_) => {}
             None if depth < MAX_DEPTH => walk(root, &path, depth + 1, known, found),
@@ -141,30 +149,28 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The state dir of the scute-shim that `pid` descends from, if one does.
-fn supervisor(pid: i32) -> Option<PathBuf> {
-    let mut pid = pid;
-    for _ in 0..16 {
-        if pid <= 1 {
-            return None;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        if args.first().is_some_and(|a| a.ends_with(b"scute-shim")) {
+/// The state dirs of the live scute-shims not under `ours` (another daemon's).
+fn other_shims(ours: &Path) -> Vec<PathBuf> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter_map(|cmdline| {
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            if !args.first()?.ends_with(b"scute-shim") {
+                return None;
+            }
             let dir = args
                 .windows(2)
                 .find(|w| w[0] == b"--state-dir")
                 .map(|w| w[1])
                 .or_else(|| args.iter().find_map(|a| a.strip_prefix(b"--state-dir=")))?;
-            return Some(PathBuf::from(String::from_utf8_lossy(dir).into_owned()));
-        }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        pid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|p| p.trim().parse().ok())?;
-    }
-    None
+            Some(PathBuf::from(String::from_utf8_lossy(dir).into_owned()))
+        })
+        .filter(|dir| !dir.starts_with(ours))
+        .collect()
 }
 
 /// Thaws the cgroup (a frozen process never dies), kills what is in it and removes it in every
@@ -213,11 +219,5 @@ mod tests {
         for other in ["scute", "scute-abc", "kubepods", &format!("cri-containerd-{id}.scope")] {
             assert_eq!(member_id(other), None, "{other}");
         }
-    }
-
-    #[test]
-    fn a_process_is_supervised_by_the_shim_it_descends_from_or_none() {
-        assert_eq!(supervisor(std::process::id() as i32), None);
-        assert_eq!(supervisor(1), None);
     }
 }
