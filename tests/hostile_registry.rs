@@ -1334,3 +1334,99 @@ async fn scrape(address: &str) -> String {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()
 }
+
+/// (l) A power cut in the middle of a pull (the daemon SIGKILLed with half a layer on disk):
+/// the next start runs its check after an unclean stop, keeps the partial download to resume,
+/// records no image, and the same pull then completes and leaves a store doctor finds clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_cut_by_a_power_cut_completes_after_the_restart() {
+    let registry = Hostile::start().await;
+    let mut daemon = Daemon::start("");
+    const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+    // Random bytes do not compress: half the layer is 2 MiB, past any write buffer.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 32) as u8
+        })
+        .collect();
+    let tar = one_file_tar("big", &data);
+    let gzipped = gzip(&tar);
+    let (len, digest, diff_id) = (gzipped.len() as u64, sha256(&gzipped), sha256(&tar));
+    let half = Body::Stall {
+        data: gzipped.clone(),
+        sent: gzipped.len() / 2,
+    };
+    serve_image_with_typed_layer(&registry, "hostile/cut", GZIP, len, &digest, &diff_id, half);
+    let image = registry.image("hostile/cut");
+    let cut = {
+        let (daemon_images, image) = (daemon.images().await, image.clone());
+        tokio::spawn(async move {
+            let mut images = daemon_images;
+            images
+                .pull_image(api::PullImageRequest {
+                    image: Some(api::ImageSpec {
+                        image,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+        })
+    };
+    let ingest = daemon.root.join("content/ingest");
+    let on_disk = || -> u64 {
+        std::fs::read_dir(&ingest)
+            .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while on_disk() < (1 << 20) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first half never reached the disk"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.kill();
+    assert!(cut.await.unwrap().is_err(), "a pull cut by the kill fails");
+    let partial = on_disk();
+    eprintln!("{partial} of {len} bytes on disk at the cut");
+
+    serve_image_with_typed_layer(
+        &registry,
+        "hostile/cut",
+        GZIP,
+        len,
+        &digest,
+        &diff_id,
+        Body::Sized(gzipped),
+    );
+    daemon.start_again();
+    assert!(
+        daemon.log().contains("after an unclean stop"),
+        "the start checks the store:\n{}",
+        daemon.log()
+    );
+    assert_eq!(on_disk(), partial, "the partial download is kept to resume");
+    assert_no_image_kept(&daemon).await;
+    let id = pull(&daemon, &image)
+        .await
+        .expect("the pull completes after the restart");
+    assert!(id.starts_with("sha256:"), "{id}");
+    assert_eq!(on_disk(), 0, "the finished download left the ingest");
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))
+        .args(["doctor", "--address"])
+        .arg(&daemon.socket)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.status.success() && report.contains("no problem found"),
+        "{report}{}",
+        String::from_utf8_lossy(&doctor.stderr)
+    );
+}
