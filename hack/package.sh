@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds scute's Debian package with dpkg-deb (Debian's own tool; nothing to install):
 #
-#   hack/package.sh [--profile release|debug] [--version V] [--out DIR]
+#   hack/package.sh [--profile release|debug] [--version V] [--out DIR] [--maintainer "N <E>"]
 #
 # release (the default) builds the binaries first; debug packages the ones `cargo test` built
 # (the VM test node installs that). The package holds:
@@ -9,13 +9,17 @@
 #   /lib/systemd/system/scute.service   contrib/systemd/scute.service, ExecStart=/usr/bin/scute
 #   /etc/scute/config.toml              `scute config default` (a conffile: kept on upgrade)
 #   /etc/scute/certs.d/                 registry hosts and mirrors (hosts.toml per registry)
-#   /usr/share/man/man8/scute.8.gz      from --help by help2man (when installed)
-#   /usr/share/doc/scute/               README.md, copyright
-# Maintainer scripts: install enables and starts scute.service; upgrade restarts only the
-# daemon (KillMode=process: shims and containers keep running); remove stops and disables it;
-# purge also drops /etc/scute. /var/lib/scute (images, pods' records) is never deleted: remove
-# the pods first, then the directory, if the node is done with it.
-# Prints the path of the .deb.
+#   /usr/share/man/man8/                scute.8.gz and scute-shim.8.gz, from --help by help2man
+#   /usr/share/doc/scute/               README.md, copyright (DEP-5), changelog.gz
+#   /usr/share/lintian/overrides/scute  what lintian flags in a Rust binary on purpose
+# Maintainer scripts are what dh_installsystemd writes (deb-systemd-helper, deb-systemd-invoke:
+# policy-rc.d and an admin's disable or mask are honoured): install enables and starts
+# scute.service; upgrade restarts only the daemon (KillMode=process: shims and containers keep
+# running); remove stops it; purge also drops /etc/scute. /var/lib/scute (images, pods'
+# records) is never deleted: remove the pods first, then the directory, if the node is done
+# with it.
+# The package is checked with lintian when it is installed (hack/setup.sh installs it): an error
+# or a warning fails the build. Prints the path of the .deb.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,11 +28,14 @@ cd "$repo_root"
 profile=release
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 out=$repo_root/target/debian
+# The project has no mail host yet: a documentation domain until it does (--maintainer).
+maintainer="scute developers <scute@example.org>"
 while (($#)); do
 	case $1 in
 	--profile) profile=$2 && shift 2 ;;
 	--version) version=$2 && shift 2 ;;
 	--out) out=$2 && shift 2 ;;
+	--maintainer) maintainer=$2 && shift 2 ;;
 	*) echo "package.sh: unknown argument $1" >&2 && exit 2 ;;
 	esac
 done
@@ -45,10 +52,11 @@ done
 arch=$(dpkg --print-architecture)
 stage=$(mktemp -d -t scute-package.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
+[[ -d $stage ]] || exit 1
 # The staging root becomes the package's "./": 0755 like /, not mktemp's 0700.
 chmod 0755 "$stage"
 install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/lib/systemd/system" "$stage/etc/scute/certs.d" \
-	"$stage/usr/share/doc/scute"
+	"$stage/usr/share/doc/scute" "$stage/usr/share/lintian/overrides"
 # Stripped: the same code without its debug info (a debug build's is 90% of its size).
 install -m 0755 --strip "$bin/scute" "$bin/scute-shim" "$stage/usr/bin/"
 sed 's|/usr/local/bin/scute|/usr/bin/scute|g' contrib/systemd/scute.service >"$stage/lib/systemd/system/scute.service"
@@ -56,15 +64,34 @@ chmod 0644 "$stage/lib/systemd/system/scute.service"
 "$bin/scute" config default >"$stage/etc/scute/config.toml"
 chmod 0644 "$stage/etc/scute/config.toml"
 install -m 0644 README.md "$stage/usr/share/doc/scute/README.md"
-printf 'scute\nCopyright: the scute authors\nLicense: Apache-2.0 (/usr/share/common-licenses/Apache-2.0)\n' \
-	>"$stage/usr/share/doc/scute/copyright"
+cat >"$stage/usr/share/doc/scute/copyright" <<'COPYRIGHT'
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: scute
+
+Files: *
+Copyright: 2026 the scute authors
+License: Apache-2.0
+ On Debian systems, the full text of the Apache License, Version 2.0 is in
+ /usr/share/common-licenses/Apache-2.0.
+COPYRIGHT
+# A native package's changelog: this build, dated by its commit (the same bytes every time).
+date=$(git log -1 --format=%aD 2>/dev/null || date -R)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+printf 'scute (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- %s  %s\n' \
+	"$version" "$commit" "$maintainer" "$date" | gzip -9n >"$stage/usr/share/doc/scute/changelog.gz"
+# unsafe-libyaml (serde_yaml's parser, a Rust translation of libyaml) is linked in, as every
+# Rust crate is; Debian's own Rust programs carry the same override.
+echo "scute: embedded-library libyaml [usr/bin/scute]" >"$stage/usr/share/lintian/overrides/scute"
 if command -v help2man >/dev/null; then
 	install -d "$stage/usr/share/man/man8"
 	help2man --no-info --section 8 --name "Kubernetes CRI container runtime" "$bin/scute" |
 		gzip -9n >"$stage/usr/share/man/man8/scute.8.gz"
+	help2man --no-info --section 8 --name "per-pod shim of the scute container runtime" "$bin/scute-shim" |
+		gzip -9n >"$stage/usr/share/man/man8/scute-shim.8.gz"
 else
-	echo "package.sh: help2man not installed; no man page" >&2
+	echo "package.sh: help2man not installed; no man pages" >&2
 fi
+find "$stage/usr/share" -type f -exec chmod 0644 {} +
 
 # Depends: the packages of the shared libraries the binaries load (as dpkg-shlibdeps would say,
 # without needing dpkg-dev).
@@ -72,11 +99,11 @@ depends=$(for b in scute scute-shim; do ldd "$bin/$b"; done | awk '/=> \//{print
 	while read -r lib; do dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true; done |
 	cut -d: -f1 | sort -u | paste -sd, | sed 's/,/, /g')
 installed_kib=$(du -sk "$stage" | cut -f1)
-cat >"$stage/DEBIAN/control" <<EOF
+cat >"$stage/DEBIAN/control" <<CONTROL
 Package: scute
 Version: $version
 Architecture: $arch
-Maintainer: scute developers <scute@localhost>
+Maintainer: $maintainer
 Installed-Size: $installed_kib
 Depends: ${depends:-libc6}
 Recommends: containernetworking-plugins, iptables
@@ -86,41 +113,58 @@ Description: Kubernetes CRI v1 container runtime
  scute serves the kubelet's CRI (RuntimeService and ImageService) on
  unix:///run/scute/scute.sock, pulls OCI images, runs one pause-backed sandbox
  per pod and the pod's containers under a per-pod shim.
-EOF
+CONTROL
 echo /etc/scute/config.toml >"$stage/DEBIAN/conffiles"
 
-cat >"$stage/DEBIAN/postinst" <<'EOF'
+cat >"$stage/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
 set -e
-if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
-	systemctl daemon-reload
-	if [ -z "$2" ]; then
-		systemctl enable --now scute.service
+if [ "$1" = configure ] || [ "$1" = abort-upgrade ] || [ "$1" = abort-deconfigure ] || [ "$1" = abort-remove ]; then
+	# Removes only a mask deb-systemd-helper made at removal.
+	deb-systemd-helper unmask scute.service >/dev/null || true
+	# was-enabled is true on a first install: enabled then; an admin's choice is kept after.
+	if deb-systemd-helper --quiet was-enabled scute.service; then
+		deb-systemd-helper enable scute.service >/dev/null || true
 	else
-		# An upgrade: the daemon only; shims and containers keep running (KillMode=process).
-		systemctl try-restart scute.service
+		deb-systemd-helper update-state scute.service >/dev/null || true
+	fi
+	if [ -d /run/systemd/system ]; then
+		systemctl --system daemon-reload >/dev/null || true
+		if [ -n "$2" ]; then
+			# An upgrade: the daemon only; shims and containers keep running (KillMode=process).
+			deb-systemd-invoke try-restart scute.service >/dev/null || true
+		else
+			deb-systemd-invoke start scute.service >/dev/null || true
+		fi
 	fi
 fi
-EOF
-cat >"$stage/DEBIAN/prerm" <<'EOF'
+POSTINST
+cat >"$stage/DEBIAN/prerm" <<'PRERM'
 #!/bin/sh
 set -e
 # Stopping scute never stops containers; on upgrade postinst restarts it.
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
-	systemctl disable --now scute.service || true
+	deb-systemd-invoke stop scute.service >/dev/null || true
 fi
-EOF
-cat >"$stage/DEBIAN/postrm" <<'EOF'
+PRERM
+cat >"$stage/DEBIAN/postrm" <<'POSTRM'
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ]; then
-	systemctl daemon-reload || true
+if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+	systemctl --system daemon-reload >/dev/null || true
+fi
+if [ "$1" = remove ] && command -v deb-systemd-helper >/dev/null; then
+	deb-systemd-helper mask scute.service >/dev/null || true
 fi
 if [ "$1" = purge ]; then
+	if command -v deb-systemd-helper >/dev/null; then
+		deb-systemd-helper purge scute.service >/dev/null || true
+		deb-systemd-helper unmask scute.service >/dev/null || true
+	fi
 	# dpkg removes the conffile; what scute or the operator added there goes too.
 	rm -rf /etc/scute
 fi
-EOF
+POSTRM
 chmod 0755 "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
 
 mkdir -p "$out"
@@ -129,4 +173,12 @@ deb=$out/scute_${version}_${arch}.deb
 compression=(-Zxz)
 [[ $profile == debug ]] && compression=(-Zgzip -z1)
 dpkg-deb --root-owner-group "${compression[@]}" --build "$stage" "$deb" >&2
+if command -v lintian >/dev/null; then
+	lintian --fail-on error,warning --allow-root "$deb" >&2 || {
+		echo "package.sh: lintian found errors or warnings in $deb (above)" >&2
+		exit 1
+	}
+else
+	echo "package.sh: lintian not installed; the package is not checked" >&2
+fi
 echo "$deb"

@@ -23,7 +23,8 @@ packages=(
 	ca-certificates
 	openssl                     # a self-signed certificate for the streaming TLS test
 	file
-	help2man                    # hack/package.sh: the man page, from --help
+	help2man                    # hack/package.sh: the man pages, from --help
+	lintian                     # hack/package.sh: checks the package
 	gcc                         # images/build.sh: the static setuid nonewprivs test program
 	libc6-dev                   # (static glibc for it)
 	libpcre2-8-0                # libraries of Debian's nginx, copied into the nginx test images

@@ -224,8 +224,8 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
     // Cgroups named for members no record knows: one with a process nothing would stop.
     let cgroups = cgroup_parent_dir();
     let (busy_cgroup, empty_cgroup) = (
-        cgroups.join(format!("scute-{}", "12".repeat(32))),
-        cgroups.join(format!("scute-{}", "34".repeat(32))),
+        cgroups.join(format!("scute-{}", scute::ids::random_id())),
+        cgroups.join(format!("scute-{}", scute::ids::random_id())),
     );
     let mut stray_process = std::process::Command::new("sleep").arg("3600").spawn().unwrap();
     for dir in [&busy_cgroup, &empty_cgroup] {

@@ -280,7 +280,7 @@ step_package() {
 	systemctl is-enabled -q scute || fail "the package did not enable scute.service"
 	[[ $(systemctl show -p FragmentPath --value scute) == /lib/systemd/system/scute.service ]] ||
 		fail "scute.service comes from $(systemctl show -p FragmentPath --value scute)"
-	[[ -f /usr/share/man/man8/scute.8.gz ]] || fail "no man page"
+	[[ -f /usr/share/man/man8/scute.8.gz && -f /usr/share/man/man8/scute-shim.8.gz ]] || fail "no man pages"
 	cmp -s /etc/scute/config.toml <(/usr/bin/scute config default) || fail "/etc/scute/config.toml is not the default config"
 	log "installed $(dpkg-query -W -f '${Version}' scute): active, enabled, /etc/scute/config.toml the default"
 

@@ -50,6 +50,24 @@ use server::Server;
 
 const USAGE: &str = "usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd]";
 
+/// `--help` (also the package's man page, by help2man).
+const HELP: &str = "scute-shim: the per-pod shim of the scute container runtime.
+
+The scute daemon starts one per pod sandbox; it is not meant to be run by hand. It serves the
+daemon on <state-dir>/shim.sock, creates and runs the pod's containers (pause included)
+through libcontainer, reaps them as their subreaper, keeps their logs and exit codes, and
+outlives daemon restarts and upgrades.
+
+usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd]
+
+Options:
+  --id <sandbox-id>         the pod sandbox this shim serves
+  --state-dir <dir>         its socket, pid file, exit files and container state
+  --log-level <level>       error, warn, info (the default), debug or trace
+  --cgroup-driver <driver>  cgroupfs (the default) or systemd
+  -h, --help                this text
+  -V, --version             the version";
+
 #[derive(Debug)]
 struct Args {
     id: String,
@@ -129,6 +147,10 @@ fn main() {
         .is_some_and(|a| a == "--version" || a == "-V")
     {
         println!("scute-shim {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "--help" || a == "-h") {
+        println!("{HELP}");
         return;
     }
     let args = match parse_args(std::env::args_os().skip(1)) {

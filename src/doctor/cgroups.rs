@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Finding, Kind};
 use crate::container::record::ContainerRecord;
@@ -27,16 +27,19 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 /// Finds (and with `repair` removes) scute's cgroups no record knows that were made at least
 /// `settled` ago. `state` is this daemon's state dir (its shims live under `state/shims`).
 pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> Result<Vec<Finding>, store::Error> {
+    // Ages are measured against when the records were read: a repair that takes a while must
+    // not reach a member created after that.
+    let cutoff = SystemTime::now() - settled;
     let mut known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
     known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
+    let unknown = unknown_cgroups(&known);
+    // After the walk: a member's shim runs before its cgroup exists.
     let others = other_shims(&state.join("shims"));
     let mut findings = Vec::new();
-    for ((path, id), dirs) in unknown_cgroups(&known) {
-        let fresh = dirs.iter().any(|d| {
-            d.metadata()
-                .and_then(|m| m.modified())
-                .map_or(true, |t| t.elapsed().unwrap_or_default() < settled)
-        });
+    for ((path, id), dirs) in unknown {
+        let fresh = dirs
+            .iter()
+            .any(|d| d.metadata().and_then(|m| m.modified()).map_or(true, |t| t > cutoff));
         let served_elsewhere = others
             .iter()
             .any(|shim| shim.file_name() == Some(id[..32].as_ref()) || shim.join("containers").join(&id).exists());
@@ -49,12 +52,17 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
             n => format!("no pod or container records it; {n} process(es) nothing can stop"),
         };
         let mut finding = Finding::new(Kind::OrphanCgroup, path, 0, detail);
-        if repair {
+        if repair && !recorded(store, &id)? {
             finding.repaired = remove(&dirs, &mut finding.detail);
         }
         findings.push(finding);
     }
     Ok(findings)
+}
+
+/// Whether a pod or container `id` has a record now.
+fn recorded(store: &Store, id: &str) -> Result<bool, store::Error> {
+    Ok(store.get::<SandboxRecord>(id)?.is_some() || store.get::<ContainerRecord>(id)?.is_some())
 }
 
 /// Every `scute-<id>` cgroup whose id is not `known`, by its path below the hierarchies' roots
@@ -176,7 +184,8 @@ fn other_shims(ours: &Path) -> Vec<PathBuf> {
 /// Thaws the cgroup (a frozen process never dies), kills what is in it and removes it in every
 /// hierarchy; says why not in `detail` when it cannot.
 fn remove(dirs: &[PathBuf], detail: &mut String) -> bool {
-    for dir in dirs {
+    let all: Vec<PathBuf> = dirs.iter().flat_map(|d| subtree(d)).collect();
+    for dir in &all {
         let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
         let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
     }
@@ -190,12 +199,17 @@ fn remove(dirs: &[PathBuf], detail: &mut String) -> bool {
             detail.push_str(&format!("; {} process(es) would not die", pids.len()));
             return false;
         }
+        // cgroup v2's cgroup.kill kills exactly the members; v1 has none (and on a hybrid host
+        // the members may be in v1 only): their PIDs, read just now.
+        for dir in dirs {
+            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+        }
         for pid in pids {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    for dir in dirs.iter().flat_map(|d| subtree(d)) {
+    for dir in all {
         match std::fs::remove_dir(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 detail.push_str(&format!("; removing {}: {e}", dir.display()));

@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::{Finding, Kind};
 use crate::sandbox::cni::{AttachRequest, CniManager};
@@ -26,11 +26,14 @@ pub async fn examine(
     repair: bool,
     settled: Duration,
 ) -> Result<Vec<Finding>, store::Error> {
+    // Ages are measured against when the records were read: DELs take a while, and must not
+    // reach a pod created meanwhile.
+    let cutoff = SystemTime::now() - settled;
     let known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
+    let cached = cni.cached_attachments();
     let mut findings = Vec::new();
-    let mut released = HashSet::new();
-    for cached in cni.cached_attachments() {
-        if known.contains(&cached.container_id) || !settled_for(&cached.path, settled) {
+    for cached in &cached {
+        if known.contains(&cached.container_id) || !older(&cached.path, cutoff) {
             continue;
         }
         let mut finding = Finding::new(
@@ -42,27 +45,22 @@ pub async fn examine(
                 cached.container_id, cached.ifname
             ),
         );
-        if repair {
+        if repair && store.get::<SandboxRecord>(&cached.container_id)?.is_none() {
             let request = AttachRequest {
                 ifname: &cached.ifname,
                 ..AttachRequest::new(&cached.container_id, Path::new(""))
             };
             match cni.teardown(&request).await {
-                Ok(()) => {
-                    finding.repaired = true;
-                    released.insert(cached.container_id.clone());
-                }
+                Ok(()) => finding.repaired = true,
                 Err(e) => finding.detail.push_str(&format!("; CNI DEL: {e}")),
             }
         }
         findings.push(finding);
     }
+    // A lease whose pod has an attachment cached is that attachment's (its DEL releases it).
+    let attached: HashSet<&str> = cached.iter().map(|c| c.container_id.as_str()).collect();
     for (lease, holder) in leases(&cni.default_leases_dir()) {
-        if known.contains(&holder) || released.contains(&holder) || !settled_for(&lease, settled) {
-            continue;
-        }
-        // A DEL just run may have released it already.
-        if !lease.exists() {
+        if known.contains(&holder) || attached.contains(holder.as_str()) || !older(&lease, cutoff) {
             continue;
         }
         let mut finding = Finding::new(
@@ -71,7 +69,7 @@ pub async fn examine(
             0,
             format!("held by pod {holder}, which no pod records"),
         );
-        if repair {
+        if repair && store.get::<SandboxRecord>(&holder)?.is_none() {
             match std::fs::remove_file(&lease) {
                 Ok(()) => finding.repaired = true,
                 Err(e) => finding.detail.push_str(&format!("; not removed: {e}")),
@@ -82,10 +80,8 @@ pub async fn examine(
     Ok(findings)
 }
 
-fn settled_for(path: &Path, settled: Duration) -> bool {
-    path.metadata()
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t.elapsed().unwrap_or_default() >= settled)
+fn older(path: &Path, cutoff: SystemTime) -> bool {
+    path.metadata().and_then(|m| m.modified()).is_ok_and(|t| t <= cutoff)
 }
 
 /// host-local's leases under `dir`: `<network>/<ip>` files whose first line is the holder's

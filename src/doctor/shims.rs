@@ -27,7 +27,9 @@ pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) ->
             0,
             format!("recorded ready, but its shim or pause is {state:?}"),
         );
-        if repair {
+        // Unknown is a shim that did not answer in time (a loaded node): reported, not acted on,
+        // as the kubelet would kill and recreate a pod that may be healthy.
+        if repair && state == SandboxState::NotReady {
             match sandboxes.pause_exited(&record.id).await {
                 Ok(()) => finding.repaired = true,
                 Err(e) => finding.detail.push_str(&format!("; not marked NotReady: {e}")),

@@ -620,6 +620,8 @@ impl SandboxManager {
         let dir = self.sandbox_dir(id);
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
         if remove {
+            // Gone with pause already when the shim deleted it; not when the shim had died.
+            remove_cgroup_dirs(&crate::cgroups::dir(&record.cgroups_path));
             if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
                 remove_empty_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
             }
