@@ -34,6 +34,7 @@ const ROOT_DIR_MODE: u32 = 0o711;
 
 pub async fn serve(config: Config) -> Result<()> {
     let config = Arc::new(config);
+    crate::memory::spawn_trimmer();
     crate::cgroups::check_driver(config.runtime.cgroup_driver).map_err(anyhow::Error::msg)?;
     prepare_dir(&config.root, ROOT_DIR_MODE)?;
     prepare_dir(&config.state, STATE_DIR_MODE)?;

@@ -30,6 +30,7 @@ pub mod ids;
 pub mod image;
 pub mod keyed_lock;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod oci;
 pub mod sandbox;

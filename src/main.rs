@@ -45,8 +45,8 @@ enum Command {
     },
     /// Find what is damaged or left behind in scute's root and state (blobs against their
     /// digests, partial downloads, snapshots against their records, images missing layers,
-    /// pods' and containers' directories and netns pins nothing records); with --repair remove
-    /// it. Asks the running daemon, or reads the store itself when the daemon is stopped.
+    /// pods' and containers' directories, netns pins, cgroups and CNI attachments and leases
+    /// nothing records, ready pods whose shim is gone); with --repair remove or release it. Asks the running daemon, or reads the store itself when the daemon is stopped.
     /// Exits 1 while problems remain.
     Doctor {
         #[arg(long, short = 'c')]
@@ -260,6 +260,7 @@ fn main() -> ExitCode {
                 }
             };
             scute::logging::init(&config.log.level, config.log.format);
+            scute::memory::tune();
             let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
