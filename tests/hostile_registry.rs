@@ -442,6 +442,19 @@ async fn pull(daemon: &Daemon, image: &str) -> Result<String, tonic::Status> {
         .map(|r| r.into_inner().image_ref)
 }
 
+/// Starts pulling `image` in the background: its image ID or error when the pull ends.
+async fn spawn_pull(daemon: &Daemon, image: &str) -> tokio::task::JoinHandle<Result<String, tonic::Status>> {
+    let mut images = daemon.images().await;
+    let request = api::PullImageRequest {
+        image: Some(api::ImageSpec {
+            image: image.to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    tokio::spawn(async move { images.pull_image(request).await.map(|r| r.into_inner().image_ref) })
+}
+
 /// Pulls `image`, which must be refused with FailedPrecondition and a message containing every
 /// one of `names`.
 async fn refused(daemon: &Daemon, image: &str, names: &[&str]) {
@@ -1237,22 +1250,7 @@ async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
     eprintln!("{len} bytes at one per {every:?}");
 
     let started = std::time::Instant::now();
-    let slow = {
-        let images = daemon.images().await;
-        let image = image.clone();
-        tokio::spawn(async move {
-            let mut images = images;
-            images
-                .pull_image(api::PullImageRequest {
-                    image: Some(api::ImageSpec {
-                        image,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .await
-        })
-    };
+    let slow = spawn_pull(&daemon, &image).await;
     // Past the 5 s log interval, mid-layer.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let listed = scute_pulls(&daemon);
@@ -1362,21 +1360,7 @@ async fn a_pull_cut_by_a_power_cut_completes_after_the_restart() {
     };
     serve_image_with_typed_layer(&registry, "hostile/cut", GZIP, len, &digest, &diff_id, half);
     let image = registry.image("hostile/cut");
-    let cut = {
-        let (daemon_images, image) = (daemon.images().await, image.clone());
-        tokio::spawn(async move {
-            let mut images = daemon_images;
-            images
-                .pull_image(api::PullImageRequest {
-                    image: Some(api::ImageSpec {
-                        image,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .await
-        })
-    };
+    let cut = spawn_pull(&daemon, &image).await;
     let ingest = daemon.root.join("content/ingest");
     let on_disk = || -> u64 {
         std::fs::read_dir(&ingest)
