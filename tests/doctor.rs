@@ -396,5 +396,9 @@ async fn the_start_after_a_crash_settles_the_store() {
             .count(),
         1
     );
+    // Its pause died with the shim, and RemovePodSandbox removes the pause's cgroup itself.
+    let pause_cgroup = cgroup_parent_dir().join(format!("scute-{}", pod.id));
+    assert!(pause_cgroup.exists(), "{}", pause_cgroup.display());
     pod.remove_all().await;
+    assert!(!pause_cgroup.exists(), "{} left behind", pause_cgroup.display());
 }

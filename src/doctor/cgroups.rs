@@ -46,13 +46,17 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
         if fresh || served_elsewhere {
             continue;
         }
+        // Recorded since the records were read: a create that got there first.
+        if recorded(store, &id)? {
+            continue;
+        }
         let pids = procs(&dirs);
         let detail = match pids.len() {
             0 => "no pod or container records it; empty".to_string(),
             n => format!("no pod or container records it; {n} process(es) nothing can stop"),
         };
         let mut finding = Finding::new(Kind::OrphanCgroup, path, 0, detail);
-        if repair && !recorded(store, &id)? {
+        if repair {
             finding.repaired = remove(&dirs, &mut finding.detail);
         }
         findings.push(finding);

@@ -58,6 +58,14 @@ pub fn examine(
         if pinned.contains(file.as_path()) {
             continue;
         }
+        // A pod created since the records were read names its pin before making it.
+        let pinned_now = store
+            .list::<SandboxRecord>()?
+            .iter()
+            .any(|s| s.netns.as_deref() == Some(file.as_path()));
+        if pinned_now {
+            continue;
+        }
         let mounted = scute_sys::mountinfo::is_mountpoint(&file);
         let detail = if mounted {
             "pinned, no pod records it"

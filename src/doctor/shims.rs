@@ -1,4 +1,4 @@
-//! Ready pods whose shim is gone or does not answer. The running daemon learns of a shim's
+//! Ready pods whose shim is gone or whose pause exited. The running daemon learns of a shim's
 //! death from its exit subscription and marks the pod NotReady itself; this finds what that
 //! missed (a shim that hangs), and with the daemon stopped, the pods its next start will mark
 //! NotReady (it can do that, and send the event the kubelet waits for; doctor cannot).
@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use super::{Finding, Kind};
-use crate::sandbox::manager::{shim_dir, SandboxManager};
+use crate::sandbox::manager::{shim_dir, SandboxManager, ShimHealth};
 use crate::sandbox::record::{SandboxRecord, SandboxState};
 use crate::shim_client::SOCKET_FILE;
 use crate::store::{self, Store};
@@ -17,19 +17,16 @@ use crate::store::{self, Store};
 pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) -> Result<Vec<Finding>, store::Error> {
     let mut findings = Vec::new();
     for record in ready(store)? {
-        let state = sandboxes.live_state(&record).await;
-        if state == SandboxState::Ready {
-            continue;
-        }
-        let mut finding = Finding::new(
-            Kind::DeadShim,
-            record.id.clone(),
-            0,
-            format!("recorded ready, but its shim or pause is {state:?}"),
-        );
-        // Unknown is a shim that did not answer in time (a loaded node): reported, not acted on,
-        // as the kubelet would kill and recreate a pod that may be healthy.
-        if repair && state == SandboxState::NotReady {
+        let (detail, act) = match sandboxes.shim_health(&record.id).await {
+            ShimHealth::Running => continue,
+            ShimHealth::Gone => ("recorded ready, but its shim is gone", true),
+            ShimHealth::PauseExited => ("recorded ready, but its pause exited", true),
+            // A loaded node's shim may answer late: reported, not acted on, as the kubelet
+            // would kill and recreate a pod that may be healthy.
+            ShimHealth::Silent => ("recorded ready, but its shim did not answer in time", false),
+        };
+        let mut finding = Finding::new(Kind::DeadShim, record.id.clone(), 0, detail);
+        if repair && act {
             match sandboxes.pause_exited(&record.id).await {
                 Ok(()) => finding.repaired = true,
                 Err(e) => finding.detail.push_str(&format!("; not marked NotReady: {e}")),

@@ -497,6 +497,25 @@ impl SandboxManager {
         }
     }
 
+    /// For `scute doctor`: whether the shim of `id` is gone (its socket refuses, or the cached
+    /// connection finds nobody), its pause exited, or it did not answer (a loaded node: not a
+    /// verdict).
+    pub async fn shim_health(&self, id: &str) -> ShimHealth {
+        let socket = self.shim_dir(id).join(crate::shim_client::SOCKET_FILE);
+        if std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            return ShimHealth::Gone;
+        }
+        let Some(shim) = self.shim(id).await else {
+            return ShimHealth::Silent;
+        };
+        match shim.state(PAUSE_ID).await {
+            Ok(state) if state.status == ShimStatus::Running => ShimHealth::Running,
+            Ok(_) | Err(ShimError::NotFound(_)) => ShimHealth::PauseExited,
+            Err(ShimError::Gone(_)) => ShimHealth::Gone,
+            Err(_) => ShimHealth::Silent,
+        }
+    }
+
     /// StopPodSandbox: stops pause (its containers are stopped first, by the caller), detaches
     /// the network and releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine.
     pub async fn stop(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
@@ -724,6 +743,16 @@ impl SandboxManager {
     }
 }
 
+/// What [`SandboxManager::shim_health`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShimHealth {
+    Running,
+    PauseExited,
+    Gone,
+    /// It accepted a connection but did not answer in time.
+    Silent,
+}
+
 /// The state dir of pod `id`'s shim (its socket is there), under the daemon's `state`.
 pub fn shim_dir(state: &Path, id: &str) -> PathBuf {
     state.join("shims").join(&id[..id.len().min(32)])
@@ -768,6 +797,8 @@ fn remove_cgroup_dirs(path: &str) {
     for hierarchy in hierarchies.flatten() {
         let _ = std::fs::remove_dir(hierarchy.path().join(relative));
     }
+    // The unified hierarchy (cgroup v2 only) is /sys/fs/cgroup itself.
+    let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(relative));
 }
 
 fn attach_request<'a>(
