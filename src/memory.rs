@@ -7,7 +7,9 @@
 //! - every few seconds: malloc_trim(0), which also returns the free pages inside the heap
 //!   (madvise), not only its top.
 //!
-//! With that the same pulls settle at 42.4 MiB, at the same speed (`cargo bench --bench pull`).
+//! With that the same pulls settle at 42.4 MiB, at the same speed (`cargo bench --bench pull`);
+//! with each layer's download channel holding 8 chunks instead of 32 (image/pull.rs), 33.7 MiB
+//! (peak 47.8 MiB).
 //! Fixing the mmap and trim thresholds at 128 KiB as well settled at 30.0 MiB but made the pulls
 //! about 18% slower (their buffers were mmapped and faulted in again each time): not taken
 //! until the pull path's large allocations are found.
