@@ -163,24 +163,9 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
 
 /// The state dirs of the live scute-shims not under `ours` (another daemon's).
 fn other_shims(ours: &Path) -> Vec<PathBuf> {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    procs
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter_map(|cmdline| {
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            if !args.first()?.ends_with(b"scute-shim") {
-                return None;
-            }
-            let dir = args
-                .windows(2)
-                .find(|w| w[0] == b"--state-dir")
-                .map(|w| w[1])
-                .or_else(|| args.iter().find_map(|a| a.strip_prefix(b"--state-dir=")))?;
-            Some(PathBuf::from(String::from_utf8_lossy(dir).into_owned()))
-        })
+    crate::sandbox::manager::running_shims()
+        .into_iter()
+        .map(|(_, dir)| dir)
         .filter(|dir| !dir.starts_with(ours))
         .collect()
 }

@@ -13,7 +13,8 @@ use crate::shim_client::SOCKET_FILE;
 use crate::store::{self, Store};
 
 /// Through the running daemon: each Ready pod's shim is asked for its pause; with `repair`, a
-/// pod whose answer is not "running" becomes NotReady (and its STOPPED event goes out).
+/// pod whose shim is gone or whose pause exited becomes NotReady (and its STOPPED event goes
+/// out); a shim that did not answer is only reported.
 pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) -> Result<Vec<Finding>, store::Error> {
     let mut findings = Vec::new();
     for record in ready(store)? {

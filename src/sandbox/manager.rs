@@ -642,7 +642,7 @@ impl SandboxManager {
             // Gone with pause already when the shim deleted it; not when the shim had died.
             remove_cgroup_dirs(&crate::cgroups::dir(&record.cgroups_path));
             if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
-                remove_empty_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
+                remove_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
             }
             crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
             remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
@@ -733,7 +733,7 @@ impl SandboxManager {
         }
         remove_cgroup_dirs(&crate::cgroups::dir(&record.cgroups_path));
         if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
-            remove_empty_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
+            remove_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
         }
         for dir in [dir, self.shim_dir(id)] {
             if let Err(e) = remove_dir_if_exists(&dir) {
@@ -761,31 +761,40 @@ pub fn shim_dir(state: &Path, id: &str) -> PathBuf {
 /// SIGKILLs every scute-shim serving `shim_dir` (its `--state-dir`): after a crash, a shim the
 /// daemon was starting may not answer on its socket yet. Such a shim has created no container.
 fn kill_stray_shims(shim_dir: &Path) {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let wanted = shim_dir.as_os_str().as_encoded_bytes();
-    for entry in procs.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_shim = args
-            .first()
-            .is_some_and(|a| Path::new(std::ffi::OsStr::from_bytes(a)).ends_with("scute-shim"));
-        let serves = args.windows(2).any(|w| w[0] == b"--state-dir" && w[1] == wanted)
-            || args.iter().any(|a| a.strip_prefix(b"--state-dir=") == Some(wanted));
-        if is_shim && serves {
+    for (pid, dir) in running_shims() {
+        if dir == shim_dir {
             tracing::warn!(pid, dir = %shim_dir.display(), "killing a shim left by an interrupted creation");
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
 
-/// Removes a pod's own cgroup (`/parent/scute-<id>`) in every hierarchy, if empty.
+/// Every running scute-shim (any daemon's), with the state dir it serves (`--state-dir`).
+pub fn running_shims() -> Vec<(i32, PathBuf)> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            if !Path::new(std::ffi::OsStr::from_bytes(args.first()?)).ends_with("scute-shim") {
+                return None;
+            }
+            let dir = args
+                .windows(2)
+                .find(|w| w[0] == b"--state-dir")
+                .map(|w| w[1])
+                .or_else(|| args.iter().find_map(|a| a.strip_prefix(b"--state-dir=")))?;
+            Some((pid, PathBuf::from(std::ffi::OsStr::from_bytes(dir))))
+        })
+        .collect()
+}
+
+/// Removes a cgroup (a pod's own, `/parent/scute-<id>`, or the shared default parent) in every
+/// hierarchy, if empty.
 fn remove_cgroup_dirs(path: &str) {
     if path.is_empty() || path.split('/').any(|c| c == "..") {
         return;
@@ -884,17 +893,6 @@ fn walkable_root(root: &Path) -> Result<(), SandboxError> {
         }
     }
     Ok(())
-}
-
-fn remove_empty_cgroup_dirs(path: &str) {
-    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    let relative = path.trim_start_matches('/');
-    for hierarchy in hierarchies.flatten() {
-        let _ = std::fs::remove_dir(hierarchy.path().join(relative));
-    }
-    let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(relative));
 }
 
 fn remove_dir_if_exists(dir: &Path) -> std::io::Result<()> {
