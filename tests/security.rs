@@ -570,3 +570,53 @@ async fn proc_and_sys_are_the_kernels_whatever_the_image_links() {
     }
     pod.remove_all().await;
 }
+
+/// A bind whose destination the image's symlinks lead into procfs (`/data` -> `/proc/sys`,
+/// dangling until procfs is mounted) is refused before anything runs, naming the mount and
+/// where it leads (the runc CVE-2025-52565 class: a bind there would receive the runtime's
+/// procfs writes); nothing is left of the refused container and the image runs without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binds_the_image_leads_into_proc_are_refused() {
+    let pod = pod("procbind").await;
+    let image = custom_image(pod.registry(), "data-to-proc", None, |root| {
+        std::os::unix::fs::symlink("/proc/sys", root.join("data")).unwrap();
+        std::os::unix::fs::symlink("../proc/self", root.join("etc/self")).unwrap();
+    });
+    pull(&pod, &image).await;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("core_pattern"), "host file\n").unwrap();
+    for (destination, lands) in [
+        ("/data/kernel", "/proc/sys/kernel"),
+        ("/etc/self/attr", "/proc/self/attr"),
+    ] {
+        let mut c = with_image(container("bind", "true"), &image);
+        c.mounts = vec![api::Mount {
+            container_path: destination.into(),
+            host_path: host.path().display().to_string(),
+            ..Default::default()
+        }];
+        let err = pod.create(c).await.expect_err("the create must be refused");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        for needle in [destination, lands, "symlinks"] {
+            assert!(err.message().contains(needle), "{needle:?} not in {:?}", err.message());
+        }
+    }
+    assert!(pod.containers().await.is_empty(), "a refused create left a container");
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("core_pattern")).unwrap(),
+        "host file\n"
+    );
+    // The same image with its mount elsewhere runs.
+    let mut c = with_image(container("ok", "cat /data/kernel/ostype; echo done"), &image);
+    c.mounts = vec![api::Mount {
+        container_path: "/srv".into(),
+        host_path: host.path().display().to_string(),
+        ..Default::default()
+    }];
+    let id = pod.run(c).await;
+    let status = pod.wait_exited(&id).await;
+    let log = pod.wait_log("ok", "done").await;
+    assert_eq!(status.exit_code, 0, "{log}");
+    assert!(log.contains("Linux"), "{log}");
+    pod.remove_all().await;
+}

@@ -24,6 +24,7 @@ pub(crate) use capabilities::capability_sets;
 pub use container::{container_spec, process_args, security_warnings};
 pub(crate) use devices::device_rule;
 pub use host::{HostFacts, V1Cgroups};
+pub use mounts::covers_procfs;
 pub use namespaces::check_namespace_options;
 pub(crate) use namespaces::namespace;
 pub use resources::{check_resources, update_resources};

@@ -28,6 +28,12 @@ const LXCFS_PROC_FILES: &[&str] = &[
     "/proc/sys/kernel/ns_last_pid",
     "/proc/sys/crypto/fips_enabled",
 ];
+/// Whether a mount on `destination` (clean, absolute, as the container sees it) would cover
+/// procfs: anything in /proc but the files lxcfs emulates.
+pub fn covers_procfs(destination: &str) -> bool {
+    (destination == "/proc" || destination.starts_with("/proc/")) && !LXCFS_PROC_FILES.contains(&destination)
+}
+
 /// A bind mount before its source is checked: the kubelet's, or one of the pod's files.
 pub(super) struct BindMount {
     pub(super) destination: String,
@@ -292,9 +298,7 @@ pub(super) fn cri_mount(m: &api::Mount) -> Result<BindMount, SpecError> {
     // CVE-2025-52881 class). Only the read-only files lxcfs emulates may be covered, as runc and
     // libcontainer allow; the rest is refused here with the field named (libcontainer would
     // refuse it later, as an internal error).
-    if (destination == "/proc" || destination.starts_with("/proc/"))
-        && !LXCFS_PROC_FILES.contains(&destination.as_str())
-    {
+    if covers_procfs(&destination) {
         return Err(SpecError::Invalid(format!(
             "mount container_path {:?} is in /proc: refused (a mount there would receive what the runtime writes to procfs; only {} may be covered)",
             m.container_path,

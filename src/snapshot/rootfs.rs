@@ -11,11 +11,12 @@
 //! elsewhere (to look-alike files, the runc CVE-2025-52881 class) runs with the kernel's.
 //! Everything here works from a descriptor of the root and never follows a link.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use nix::fcntl::{AtFlags, OFlag};
+use nix::fcntl::{readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
@@ -52,6 +53,61 @@ pub fn settle_mount_points(rootfs: &Path) -> io::Result<Vec<String>> {
     Ok(replaced)
 }
 
+/// Where `path` lands in the container once the runtime sets its root up: the image's symlinks
+/// followed inside the root (an absolute target starts again from the root, `..` stops there),
+/// a component not in the image taken as spelt (the runtime makes it a directory). A link whose
+/// target is not in the image is followed all the same: `/data` -> `/proc/sys` lands in procfs
+/// once it is mounted, though the image's /proc is empty. openat2's RESOLVE_IN_ROOT stops at
+/// such a link and pathrs resolves only what exists, hence this walk written by hand. Never
+/// follows a link on the host: every lookup is relative to the root's descriptor, no-follow.
+pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<String> {
+    // The kernel's own limit on links in one lookup.
+    const MAX_LINKS: u32 = 40;
+    let root = nix::dir::Dir::open(
+        rootfs,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let fd = Some(root.as_raw_fd());
+    let mut pending: VecDeque<String> = components(path).collect();
+    let mut resolved: Vec<String> = Vec::new();
+    let mut links = 0;
+    while let Some(name) = pending.pop_front() {
+        if name == ".." {
+            resolved.pop();
+            continue;
+        }
+        resolved.push(name);
+        let here = resolved.join("/");
+        match fstatat(fd, here.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(io::Error::from_raw_os_error(nix::libc::ELOOP));
+                }
+                let target = readlinkat(fd, here.as_str())?;
+                let target = target.to_string_lossy();
+                resolved.pop();
+                if target.starts_with('/') {
+                    resolved.clear();
+                }
+                for (i, c) in components(&target).enumerate() {
+                    pending.insert(i, c);
+                }
+            }
+            Ok(_) | Err(nix::errno::Errno::ENOENT) | Err(nix::errno::Errno::ENOTDIR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(format!("/{}", resolved.join("/")))
+}
+
+fn components(path: &str) -> impl Iterator<Item = String> + '_ {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +139,30 @@ mod tests {
         assert!(settle_mount_points(root.path()).unwrap().is_empty());
         assert!(root.path().join("dev/keep").exists());
         assert!(!root.path().join("sys").exists());
+    }
+
+    #[test]
+    fn paths_resolve_through_the_images_links_inside_the_root() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("proc")).unwrap();
+        std::fs::create_dir_all(r.join("usr/etc")).unwrap();
+        symlink("/proc/sys", r.join("data")).unwrap(); // dangling until procfs is mounted
+        symlink("usr/etc", r.join("etc")).unwrap();
+        symlink("../../../../proc/self", r.join("usr/up")).unwrap();
+        symlink("loop", r.join("loop")).unwrap();
+        let resolve = |p: &str| resolve_in_root(r, p).unwrap();
+        assert_eq!(resolve("/data"), "/proc/sys");
+        assert_eq!(resolve("/data/kernel/core_pattern"), "/proc/sys/kernel/core_pattern");
+        assert_eq!(resolve("/etc/hosts"), "/usr/etc/hosts");
+        assert_eq!(resolve("//etc/./x/../hostname"), "/usr/etc/hostname");
+        assert_eq!(resolve("/usr/up/attr"), "/proc/self/attr");
+        assert_eq!(resolve("/srv/new/dir"), "/srv/new/dir");
+        assert_eq!(resolve("/"), "/");
+        assert_eq!(
+            resolve_in_root(r, "/loop/x").unwrap_err().raw_os_error(),
+            Some(nix::libc::ELOOP)
+        );
     }
 }

@@ -12,6 +12,10 @@
 //! fails (and is rolled back) naming the mount. A destination not there at all is covered (by a
 //! later mount reached through an image symlink, or a masked path): a swap leaves the mount
 //! point in place, resolving to something else.
+//!
+//! Before any of that, a bind the image's symlinks lead into /proc (`/data` -> `/proc/sys`) is
+//! refused as a CRI mount spelt into /proc is: libcontainer would refuse it too, deep in the
+//! container's init, as an internal error naming neither the mount nor the image.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -123,6 +127,26 @@ impl BindSources {
         }
         Ok(())
     }
+}
+
+/// Refuses a bind whose destination the image's symlinks lead into procfs (the runc
+/// CVE-2025-52565 class: a bind there would receive what the runtime writes to procfs). Err is
+/// the FailedPrecondition message: the request is fine, the image is not.
+pub(super) fn refuse_binds_into_procfs(spec: &Spec, rootfs: &Path) -> Result<(), String> {
+    for m in spec.mounts().iter().flatten().filter(|m| bind_source(m).is_some()) {
+        let spelt = m.destination().to_string_lossy();
+        if crate::oci::covers_procfs(&spelt) {
+            continue; // the CRI's were refused by the spec builder: this is an lxcfs file
+        }
+        let lands = crate::snapshot::rootfs::resolve_in_root(rootfs, &spelt)
+            .map_err(|e| format!("resolving mount {spelt} in the image: {e}"))?;
+        if crate::oci::covers_procfs(&lands) {
+            return Err(format!(
+                "mount at {spelt} leads to {lands} through the image's symlinks: refused (a mount in /proc would receive what the runtime writes to procfs)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The host source of a bind mount, if `m` is one.

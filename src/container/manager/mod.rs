@@ -477,6 +477,7 @@ impl ContainerManager {
             .iter()
             .map(|m| crate::oci::clean_absolute(&m.container_path))
             .collect();
+        bind_sources::refuse_binds_into_procfs(&spec, &rootfs).map_err(ContainerError::FailedPrecondition)?;
         let bind_sources = BindSources::pin(&spec, &cri_destinations).map_err(ContainerError::FailedPrecondition)?;
         let bundle = dir.join("bundle");
         files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
