@@ -239,6 +239,7 @@ impl SandboxManager {
             cni_result: None,
             cgroups_path,
             unclaimed: false,
+            network_released: false,
         };
         self.store.create(&name, &record)?;
         match self.create_steps(&config, &mut record).await {
@@ -529,6 +530,7 @@ impl SandboxManager {
             return Ok(());
         };
         self.teardown(&record, false).await?;
+        record.network_released = true;
         let was_ready = record.stopped();
         self.store.put(&record)?;
         tracing::info!(sandbox = %id, "pod sandbox stopped");
@@ -615,18 +617,24 @@ impl SandboxManager {
     async fn teardown(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
         let id = &record.id;
         if let Some(shim) = self.shim(id).await {
-            match shim.kill(PAUSE_ID, libc::SIGKILL, true).await {
-                Ok(()) | Err(ShimError::NotFound(_)) => {}
-                Err(e) => return Err(shim_failed("stopping the pause container")(e)),
+            // A pause the shim reaped already (RemovePodSandbox after its stop) is not killed
+            // again: a kill of every process of the container freezes and thaws its cgroup,
+            // 4 ms of the removal here.
+            let stopped = matches!(shim.state(PAUSE_ID).await, Ok(s) if s.status == ShimStatus::Stopped);
+            if !stopped {
+                match shim.kill(PAUSE_ID, libc::SIGKILL, true).await {
+                    Ok(()) | Err(ShimError::NotFound(_)) => {}
+                    Err(e) => return Err(shim_failed("stopping the pause container")(e)),
+                }
+                self.wait_stopped(&shim).await;
             }
-            self.wait_stopped(&shim).await;
             if remove {
                 let _ = shim.delete_container(PAUSE_ID).await;
                 let _ = shim.shutdown().await;
                 self.shims.lock().await.remove(id);
             }
         }
-        if let Some(netns) = &record.netns {
+        if let Some(netns) = record.netns.as_ref().filter(|_| !record.network_released) {
             let config = record.config();
             let metadata = config.metadata.clone().unwrap_or_default();
             let request = attach_request(id, netns, &metadata, &config);
@@ -635,6 +643,7 @@ impl SandboxManager {
                 .await
                 .map_err(|e| SandboxError::Failed(format!("tearing down the pod network: {e}")))?;
             NetNs::remove(netns).map_err(failed("removing the network namespace"))?;
+            tracing::info!(sandbox = %id, "pod network detached (CNI DEL, netns removed)");
         }
         let dir = self.sandbox_dir(id);
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;

@@ -66,6 +66,11 @@ pub struct SandboxRecord {
     /// sandbox instead of a "name reserved" error (CRI-O's resourcestore).
     #[serde(default)]
     pub unclaimed: bool,
+    /// The pod network was detached (CNI DEL done, netns removed) by a StopPodSandbox: its
+    /// retries and RemovePodSandbox do not run the plugins again, as containerd's do not. Kept
+    /// on disk, so a pod whose node rebooted under it (not stopped) still gets its DEL.
+    #[serde(default)]
+    pub network_released: bool,
 }
 
 impl crate::handover::Claimable for SandboxRecord {
@@ -185,6 +190,7 @@ mod tests {
             cni_result: None,
             cgroups_path: "/scute/abc".into(),
             unclaimed: false,
+            network_released: false,
         };
         let json = serde_json::to_string(&record).unwrap();
         let back: SandboxRecord = serde_json::from_str(&json).unwrap();
