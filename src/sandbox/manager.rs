@@ -618,8 +618,8 @@ impl SandboxManager {
         let id = &record.id;
         if let Some(shim) = self.shim(id).await {
             // A pause the shim reaped already (RemovePodSandbox after its stop) is not killed
-            // again: a kill of every process of the container freezes and thaws its cgroup,
-            // 4 ms of the removal here.
+            // again: the shim's kill of every process of the container took 4 ms of the
+            // removal here.
             let stopped = matches!(shim.state(PAUSE_ID).await, Ok(s) if s.status == ShimStatus::Stopped);
             if !stopped {
                 match shim.kill(PAUSE_ID, libc::SIGKILL, true).await {
@@ -690,8 +690,9 @@ impl SandboxManager {
             let state = self.live_state(&record).await;
             if record.state == SandboxState::Ready && state != SandboxState::Ready {
                 tracing::warn!(sandbox = %record.id, "pause or shim gone while scute was down: sandbox NotReady");
-                if let Err(e) = self.teardown(&record, false).await {
-                    tracing::warn!(sandbox = %record.id, error = %e, "cleaning up after a lost sandbox");
+                match self.teardown(&record, false).await {
+                    Ok(()) => record.network_released = true,
+                    Err(e) => tracing::warn!(sandbox = %record.id, error = %e, "cleaning up after a lost sandbox"),
                 }
                 record.stopped();
                 self.store.put(&record)?;
