@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use super::cni::{AttachRequest, CniManager, PortMapping};
+use super::exit_notices::ExitNotices;
 use super::files;
 use super::netns::NetNs;
 use super::record::{sandbox_name, SandboxRecord, SandboxState};
@@ -106,6 +107,8 @@ pub struct SandboxManager {
     /// Where the pod's own events go (`sandbox/events.rs`), with its containers' statuses.
     pub(super) events: Arc<Events>,
     pub(super) pod_containers: PodContainers,
+    /// The exits the shims push, for stops waiting on one.
+    pub exit_notices: ExitNotices,
 }
 
 impl SandboxManager {
@@ -130,6 +133,7 @@ impl SandboxManager {
             unclaimed: Default::default(),
             events,
             pod_containers,
+            exit_notices: ExitNotices::default(),
         }
     }
 
@@ -662,9 +666,10 @@ impl SandboxManager {
 
     async fn wait_stopped(&self, shim: &ShimClient) {
         let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
+        let mut exit = self.exit_notices.watch(shim.sandbox_id(), PAUSE_ID);
         while tokio::time::Instant::now() < deadline {
             match shim.state(PAUSE_ID).await {
-                Ok(s) if s.status == ShimStatus::Running => tokio::time::sleep(Duration::from_millis(10)).await,
+                Ok(s) if s.status == ShimStatus::Running => exit.next(Duration::from_millis(10)).await,
                 _ => return,
             }
         }

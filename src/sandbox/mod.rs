@@ -3,6 +3,7 @@
 
 pub mod cni;
 mod events;
+pub mod exit_notices;
 pub mod files;
 pub mod manager;
 pub mod netns;

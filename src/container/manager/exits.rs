@@ -62,6 +62,7 @@ impl ContainerManager {
                         }
                     };
                     let Some(this) = weak.upgrade() else { return };
+                    this.sandboxes.exit_notices.seen(&sandbox_id, &exit.container_id);
                     if exit.container_id == PAUSE_ID {
                         this.pod_stopped_by_itself(&sandbox_id).await;
                         continue;

@@ -55,15 +55,17 @@ impl ContainerManager {
 
     pub(super) async fn wait_exit(&self, shim: &ShimClient, id: &str, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut exit = self.sandboxes.exit_notices.watch(shim.sandbox_id(), id);
         loop {
             match shim.state(id).await {
                 Ok(s) if s.status == ShimStatus::Running => {}
                 _ => return true,
             }
-            if tokio::time::Instant::now() >= deadline {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            exit.next(Duration::from_millis(20).min(deadline - now)).await;
         }
     }
 }
