@@ -1,6 +1,7 @@
 //! Container lifecycle benchmark: latency of CreateContainer, StartContainer, StopContainer and
-//! RemoveContainer over N sequential cycles in one pod, the latency of ListContainerStats and
-//! ListPodSandboxStats with 100 running containers in one pod, then the per-pod shim RSS and the
+//! RemoveContainer over N sequential cycles in one pod, the latency of ListContainers,
+//! ListPodSandbox, ListContainerStats and ListPodSandboxStats with 100 running containers in one
+//! pod, then the per-pod shim RSS and the
 //! daemon's RSS with 20 pods each running one container, printed side by side with containerd's
 //! CRI plugin (runc) when `containerd` and `runc` are on PATH.
 //!
@@ -181,6 +182,8 @@ struct Figures {
     shim_procs_per_pod: f64,
     daemon_rss_kib: u64,
     list_container_stats: Vec<Duration>,
+    list_containers: Vec<Duration>,
+    list_pods: Vec<Duration>,
     /// containerd 1.6 fails ListPodSandboxStats for pods without a cgroup parent: its error.
     list_pod_stats: Result<Vec<Duration>, String>,
 }
@@ -256,8 +259,33 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
         ids.push(id);
     }
     let (mut list_container_stats, mut list_pod_stats) = (Vec::new(), Ok(Vec::new()));
+    let (mut list_containers, mut list_pods) = (Vec::new(), Vec::new());
     for i in 0..=STATS_CALLS {
         let mut rt = client.rt.clone();
+        let (r, took) = client
+            .daemon
+            .timed(
+                "ListContainers",
+                rt.list_containers(api::ListContainersRequest { filter: None }),
+            )
+            .await;
+        let listed = r.into_inner().containers.len();
+        if listed < stats_containers {
+            client
+                .daemon
+                .fail("ListContainers", format!("{listed} of {stats_containers} containers"));
+        }
+        let (_, took_list_pods) = client
+            .daemon
+            .timed(
+                "ListPodSandbox",
+                rt.list_pod_sandbox(api::ListPodSandboxRequest { filter: None }),
+            )
+            .await;
+        if i > 0 {
+            list_containers.push(took);
+            list_pods.push(took_list_pods);
+        }
         let (r, took) = client
             .daemon
             .timed(
@@ -333,6 +361,8 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
         shim_procs_per_pod: procs as f64 / RSS_PODS as f64,
         daemon_rss_kib,
         list_container_stats,
+        list_containers,
+        list_pods,
         list_pod_stats,
     }
 }
@@ -432,6 +462,12 @@ fn main() {
         println!(
             "{:<11}   (shim: {:.1} process(es) per pod, pause and sleep not counted)",
             "", f.shim_procs_per_pod,
+        );
+        println!(
+            "{:<11}   {stats_containers} running containers: ListContainers mean/p99 {} ms, ListPodSandbox mean/p99 {} ms",
+            "",
+            mean_p99(f.list_containers.clone()),
+            mean_p99(f.list_pods.clone()),
         );
         println!(
             "{:<11}   {stats_containers} running containers: ListContainerStats mean/p99 {} ms, \

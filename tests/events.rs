@@ -137,6 +137,10 @@ async fn an_exit_nobody_asks_about_is_reported() {
     assert_eq!(status.state(), api::ContainerState::ContainerExited);
     assert_eq!((status.exit_code, status.reason.as_str()), (3, "Error"));
     assert!(status.finished_at > status.started_at);
+    // ListContainers asks no shim that pushes its exits: the record it reads is already EXITED.
+    let listed = pod.containers().await;
+    let listed = listed.iter().find(|c| c.id == id).expect("listed");
+    assert_eq!(listed.state(), api::ContainerState::ContainerExited);
     // Reported once: ContainerStatus now sees the stored exit and sends nothing more.
     assert_eq!(pod.status(&id).await.exit_code, 3);
     let again = tokio::time::timeout(Duration::from_secs(2), events.message()).await;
@@ -188,6 +192,18 @@ async fn a_pause_that_exits_by_itself_stops_the_pod_once() {
     assert_eq!(stopped.len(), 1, "{stopped:?}");
     let pod_status = stopped[0].pod_sandbox_status.as_ref().expect("pod_sandbox_status");
     assert_eq!(pod_status.state(), api::PodSandboxState::SandboxNotready);
+    // ListPodSandbox reads the record, NotReady since pause's exit was pushed.
+    let listed = pod
+        .daemon
+        .runtime()
+        .await
+        .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    let listed = listed.iter().find(|p| p.id == pod.id).expect("listed");
+    assert_eq!(listed.state(), api::PodSandboxState::SandboxNotready);
     // The kubelet then stops and removes it: no second STOPPED, one DELETED.
     pod.remove_all().await;
     let rest = events_until(&mut events, &pod.id, ContainerDeletedEvent).await;

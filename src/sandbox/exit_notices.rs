@@ -1,8 +1,11 @@
 //! Exits as the shims push them, for the stops waiting on one: StopContainer and StopPodSandbox
 //! wake when their container's exit arrives instead of asking the shim on a 10–20 ms tick (the
 //! tick decided a stop's latency). `ContainerManager::watch_shim` feeds it; a shim that cannot
-//! push is still asked on the tick.
+//! push is still asked on the tick. It also knows which pods' shims push their exits now: the
+//! records of those are current, and listing them needs no round trip to each shim.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -18,19 +21,45 @@ struct Notice {
     container_id: String,
 }
 
-pub struct ExitNotices(broadcast::Sender<Notice>);
+pub struct ExitNotices {
+    notices: broadcast::Sender<Notice>,
+    /// Pods whose shim's exit subscription is live and caught up.
+    pushing: Mutex<HashSet<String>>,
+}
 
 impl Default for ExitNotices {
     fn default() -> Self {
-        ExitNotices(broadcast::channel(BACKLOG).0)
+        ExitNotices {
+            notices: broadcast::channel(BACKLOG).0,
+            pushing: Mutex::default(),
+        }
     }
 }
 
 impl ExitNotices {
+    /// The shim of `sandbox_id` pushes its exits from now on (subscribed, and the exits from
+    /// before the subscription caught up on), or no longer (`false`: the subscription ended).
+    pub fn set_pushing(&self, sandbox_id: &str, pushing: bool) {
+        let mut set = self.pushing.lock().unwrap_or_else(|e| e.into_inner());
+        if pushing {
+            set.insert(sandbox_id.to_string());
+        } else {
+            set.remove(sandbox_id);
+        }
+    }
+
+    /// Whether the records of `sandbox_id`'s containers follow their exits as they happen.
+    pub fn is_pushing(&self, sandbox_id: &str) -> bool {
+        self.pushing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(sandbox_id)
+    }
+
     /// A shim pushed the exit of `container_id` (pause's too) in pod `sandbox_id`.
     pub fn seen(&self, sandbox_id: &str, container_id: &str) {
         // No waiter is the common case: nothing to do.
-        let _ = self.0.send(Notice {
+        let _ = self.notices.send(Notice {
             sandbox_id: sandbox_id.to_string(),
             container_id: container_id.to_string(),
         });
@@ -40,7 +69,7 @@ impl ExitNotices {
     /// state, so an exit between the answer and the wait is not missed.
     pub fn watch(&self, sandbox_id: &str, container_id: &str) -> ExitWatch {
         ExitWatch {
-            notices: self.0.subscribe(),
+            notices: self.notices.subscribe(),
             sandbox_id: sandbox_id.to_string(),
             container_id: container_id.to_string(),
         }

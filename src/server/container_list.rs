@@ -35,15 +35,18 @@ impl Cri {
             if !filter.pod_sandbox_id.is_empty() && !record.sandbox_id.starts_with(&filter.pod_sandbox_id) {
                 continue;
             }
-            let config = record.config();
-            if !filter
-                .label_selector
-                .iter()
-                .all(|(k, v)| config.labels.get(k) == Some(v))
-            {
-                continue;
+            if !filter.label_selector.is_empty() {
+                let labels = record.config().labels;
+                if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                    continue;
+                }
             }
-            let record = self.containers.refresh(record).await?;
+            // A pod whose shim pushes its exits has current records (as containerd's store is):
+            // no round trip to the shim per running container.
+            let record = match self.containers.exits_pushed(&record.sandbox_id) {
+                true => record,
+                false => self.containers.refresh(record).await?,
+            };
             if let Some(wanted) = &filter.state {
                 if wanted.state != record.state.to_cri() as i32 {
                     continue;

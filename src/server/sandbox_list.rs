@@ -39,7 +39,13 @@ impl Cri {
             {
                 continue;
             }
-            let state = self.sandboxes.live_state(&record).await.to_cri();
+            // A pod whose shim pushes its exits has a current record (pause's exit makes it
+            // NotReady at once): no round trip to each shim.
+            let state = match self.sandboxes.exit_notices.is_pushing(&record.id) {
+                true => record.state,
+                false => self.sandboxes.live_state(&record).await,
+            }
+            .to_cri();
             if let Some(wanted) = &filter.state {
                 if wanted.state != state as i32 {
                     continue;

@@ -52,12 +52,16 @@ impl ContainerManager {
                 };
                 drop(shim);
                 this.refresh_running_in(&sandbox_id).await;
+                this.sandboxes.exit_notices.set_pushing(&sandbox_id, true);
                 drop(this);
                 loop {
                     let exit = match exits.next().await {
                         Ok(exit) => exit,
                         Err(e) => {
                             tracing::debug!(sandbox = %sandbox_id, error = %e, "exit subscription ended");
+                            if let Some(this) = weak.upgrade() {
+                                this.sandboxes.exit_notices.set_pushing(&sandbox_id, false);
+                            }
                             break;
                         }
                     };
