@@ -1,12 +1,14 @@
 //! Container lifecycle benchmark: latency of CreateContainer, StartContainer, StopContainer and
 //! RemoveContainer over N sequential cycles in one pod, the latency of ListContainers,
 //! ListPodSandbox, ListContainerStats and ListPodSandboxStats with 100 running containers in one
-//! pod, then the per-pod shim RSS and the
-//! daemon's RSS with 20 pods each running one container, printed side by side with containerd's
-//! CRI plugin (runc) when `containerd` and `runc` are on PATH.
+//! pod, then density: 110 pods (the kubelet's default maxPods) each running one container, all
+//! asked for at once, the time until the last container started, the per-pod shim RSS and the
+//! node's memory for the runtime (daemon + shims); printed side by side with containerd's CRI
+//! plugin (runc) when `containerd` and `runc` are on PATH.
 //!
 //!   cargo bench --bench containers     (SCUTE_BENCH_CONTAINERS=N cycles, default 50; 3 without --bench;
-//!                                       SCUTE_BENCH_STATS_CONTAINERS=N, default 100; 5 without --bench)
+//!                                       SCUTE_BENCH_STATS_CONTAINERS=N, default 100; 5 without --bench;
+//!                                       SCUTE_BENCH_DENSITY_PODS=N, default 110; 3 without --bench)
 //!
 //! Both runtimes pull busybox (`<registry>/e2e-test-images/busybox:1.29-2`) from one local registry
 //! filled by images/build.sh (plain HTTP: loopback for scute, hosts.toml for containerd, which also
@@ -29,8 +31,6 @@ use scute::api::image_service_client::ImageServiceClient;
 use scute::api::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 
-/// Pods (each with one running container) at once while RSS is read.
-const RSS_PODS: usize = 20;
 /// Timed ListContainerStats / ListPodSandboxStats calls (after one untimed call each).
 const STATS_CALLS: usize = 20;
 // Daemon, registry and host-state helpers shared with the other CRI benchmarks.
@@ -180,6 +180,10 @@ struct Figures {
     samples: Samples,
     shim_rss_kib: f64,
     shim_procs_per_pod: f64,
+    /// All the density pods' shims together.
+    shims_rss_kib: u64,
+    /// From asking for the density pods to the last of their containers started.
+    density_start: Duration,
     daemon_rss_kib: u64,
     list_container_stats: Vec<Duration>,
     list_containers: Vec<Duration>,
@@ -188,7 +192,7 @@ struct Figures {
     list_pod_stats: Result<Vec<Duration>, String>,
 }
 
-async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image: &str) -> Figures {
+async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, density_pods: usize, image: &str) -> Figures {
     let channel = scute::client::connect(&daemon.socket).await.expect("connect");
     let logs = daemon.dir.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -328,14 +332,20 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
     }
     client.remove_pod(&pod).await;
 
-    // RSS with RSS_PODS pods, each running one container.
-    let mut running = Vec::new();
-    for i in 0..RSS_PODS {
-        let pod = client.run_pod(&format!("bench-rss-{i}")).await;
-        let (id, _) = client.create(&pod, "sleep").await;
-        client.start(&id).await;
-        running.push((pod, id));
-    }
+    // Density: `density_pods` pods, each with one running container, all asked for at once (the
+    // kubelet's pod workers run side by side), timed until the last container started; then RSS.
+    let started = Instant::now();
+    let running: Vec<(Pod, String)> = futures_util::future::join_all((0..density_pods).map(|i| {
+        let client = &client;
+        async move {
+            let pod = client.run_pod(&format!("bench-rss-{i}")).await;
+            let (id, _) = client.create(&pod, "sleep").await;
+            client.start(&id).await;
+            (pod, id)
+        }
+    }))
+    .await;
+    let density_start = started.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (mut rss, mut procs) = (0u64, 0usize);
     for (pod, _) in &running {
@@ -357,8 +367,10 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
     }
     Figures {
         samples,
-        shim_rss_kib: rss as f64 / RSS_PODS as f64,
-        shim_procs_per_pod: procs as f64 / RSS_PODS as f64,
+        shim_rss_kib: rss as f64 / density_pods as f64,
+        shim_procs_per_pod: procs as f64 / density_pods as f64,
+        shims_rss_kib: rss,
+        density_start,
         daemon_rss_kib,
         list_container_stats,
         list_containers,
@@ -369,12 +381,18 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, image:
 
 /// Measures a daemon on a client runtime of its own, dropped (closing the connections) before the
 /// daemon is shut down.
-fn bench(daemon: &mut Daemon, cycles: usize, stats_containers: usize, image: &str) -> (Figures, Vec<String>) {
+fn bench(
+    daemon: &mut Daemon,
+    cycles: usize,
+    stats_containers: usize,
+    density_pods: usize,
+    image: &str,
+) -> (Figures, Vec<String>) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let figures = runtime.block_on(measure(daemon, cycles, stats_containers, image));
+    let figures = runtime.block_on(measure(daemon, cycles, stats_containers, density_pods, image));
     drop(runtime);
     let notes = daemon.shutdown();
     (figures, notes)
@@ -393,12 +411,18 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench_mode { 100 } else { 5 })
         .max(1);
+    // The kubelet's default maxPods.
+    let density_pods: usize = std::env::var("SCUTE_BENCH_DENSITY_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if bench_mode { 110 } else { 3 })
+        .max(1);
     ensure_shim_built();
     println!(
         "container benchmark: {cycles} sequential CreateContainer -> StartContainer -> StopContainer(timeout 0) \
          -> RemoveContainer cycles of busybox `sleep 3600` in one host-network pod, ListContainerStats and \
-         ListPodSandboxStats with {stats_containers} running containers in one pod, then {RSS_PODS} pods with \
-         one running container each for RSS"
+         ListPodSandboxStats with {stats_containers} running containers in one pod, then {density_pods} pods \
+         with one running container each, all asked for at once, for the time to start them and RSS"
     );
 
     // Dropped last: after every daemon.
@@ -414,7 +438,7 @@ fn main() {
             "  scute      CNI conflist {} {} (unused: host network)",
             daemon.network.bridge, daemon.network.subnet
         );
-        let (figures, left) = bench(&mut daemon, cycles, stats_containers, &image);
+        let (figures, left) = bench(&mut daemon, cycles, stats_containers, density_pods, &image);
         notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
         results.push(("scute", figures));
     }
@@ -425,7 +449,7 @@ fn main() {
                 "  containerd CNI conflist {} {} (unused: host network)",
                 daemon.network.bridge, daemon.network.subnet
             );
-            let (figures, left) = bench(&mut daemon, cycles, stats_containers, &image);
+            let (figures, left) = bench(&mut daemon, cycles, stats_containers, density_pods, &image);
             notes.extend(left.into_iter().map(|n| format!("containerd: {n}")));
             results.push(("containerd", figures));
         }
@@ -445,8 +469,8 @@ fn main() {
         "start mean/p99 ms",
         "stop mean/p99 ms",
         "remove mean/p99 ms",
-        format!("shim RSS per pod ({RSS_PODS} pods)"),
-        format!("daemon RSS ({RSS_PODS} pods)"),
+        format!("shim RSS per pod ({density_pods} pods)"),
+        format!("daemon RSS ({density_pods} pods)"),
     );
     for (name, f) in results {
         println!(
@@ -462,6 +486,15 @@ fn main() {
         println!(
             "{:<11}   (shim: {:.1} process(es) per pod, pause and sleep not counted)",
             "", f.shim_procs_per_pod,
+        );
+        println!(
+            "{:<11}   density: {density_pods} pods with one container each running {:.1} s after they were asked for \
+             at once; runtime memory {:.1} MiB (daemon {:.1} + shims {:.1})",
+            "",
+            f.density_start.as_secs_f64(),
+            (f.daemon_rss_kib + f.shims_rss_kib) as f64 / 1024.0,
+            f.daemon_rss_kib as f64 / 1024.0,
+            f.shims_rss_kib as f64 / 1024.0,
         );
         println!(
             "{:<11}   {stats_containers} running containers: ListContainers mean/p99 {} ms, ListPodSandbox mean/p99 {} ms",
