@@ -134,7 +134,8 @@ impl fmt::Display for ImageRef {
 /// ```text
 /// reference := name [ ":" tag ] [ "@" digest ]
 /// name      := [ domain "/" ] path-component [ "/" path-component ]*
-/// domain    := host [ ":" port ], host := label [ "." label ]*, label := [a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?
+/// domain    := host [ ":" port ], host := label [ "." label ]* | "[" ipv6 "]",
+///              label := [a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?, ipv6 := [a-fA-F0-9:]+
 /// path-component := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
 /// tag       := [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
 /// digest    := algorithm ":" [0-9a-fA-F]{32,}, algorithm := [A-Za-z][A-Za-z0-9]* ( [-_+.] [A-Za-z][A-Za-z0-9]* )*
@@ -171,13 +172,14 @@ mod grammar {
 
     /// The registry and repository of a valid name, as docker normalises them (distribution's
     /// normalize.go splitDockerDomain): no domain, or a first component that is neither a host
-    /// with a dot or port nor localhost, means Docker Hub, whose one-component names are
-    /// `library/`'s.
+    /// with a dot or port, nor localhost, nor spelt with capitals (a path cannot be), means
+    /// Docker Hub, whose one-component names are `library/`'s.
     pub(super) fn split_domain(name: &str) -> (String, String) {
+        let is_domain = |first: &str| {
+            first.contains(['.', ':']) || first == "localhost" || first.bytes().any(|b| b.is_ascii_uppercase())
+        };
         let (mut domain, mut remainder) = match name.split_once('/') {
-            Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => {
-                (first.to_string(), rest.to_string())
-            }
+            Some((first, rest)) if is_domain(first) => (first.to_string(), rest.to_string()),
             _ => (DOCKER_HUB.to_string(), name.to_string()),
         };
         if domain == "index.docker.io" {
@@ -198,6 +200,20 @@ mod grammar {
     }
 
     fn is_domain(domain: &str) -> bool {
+        let port_ok = |p: Option<&str>| p.is_none_or(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()));
+        if let Some(bracketed) = domain.strip_prefix('[') {
+            let Some((ip, rest)) = bracketed.split_once(']') else {
+                return false;
+            };
+            let port = match rest {
+                "" => None,
+                _ => match rest.strip_prefix(':') {
+                    Some(port) => Some(port),
+                    None => return false,
+                },
+            };
+            return !ip.is_empty() && ip.bytes().all(|c| c.is_ascii_hexdigit() || c == b':') && port_ok(port);
+        }
         let (host, port) = match domain.split_once(':') {
             Some((host, port)) => (host, Some(port)),
             None => (domain, None),
@@ -209,7 +225,7 @@ mod grammar {
                 && b[0] != b'-'
                 && b[b.len() - 1] != b'-'
         };
-        host.split('.').all(label) && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+        host.split('.').all(label) && port_ok(port)
     }
 
     fn is_path_component(c: &str) -> bool {
@@ -303,7 +319,7 @@ mod tests {
     fn invalid_references() {
         for bad in [
             "",
-            "UPPER/case",
+            "busybox/UPPER",
             "busybox:",
             "a b",
             "busybox@sha256:short",
@@ -323,6 +339,10 @@ mod tests {
             &format!("a/{}", "b".repeat(254)),
             "/a",
             "a/",
+            "[::1/a",
+            "[]/a",
+            "[::1]x/a",
+            "[::g]/a",
         ] {
             assert!(ImageRef::parse(bad).is_err(), "{bad:?} accepted");
         }
@@ -342,6 +362,9 @@ mod tests {
             ("localhost/x", "localhost/x:latest"),
             ("localhost:5000/x/y", "localhost:5000/x/y:latest"),
             ("host-1.example.com:443/r", "host-1.example.com:443/r:latest"),
+            ("UPPER/case", "UPPER/case:latest"),
+            ("[::1]:5000/repo:v1", "[::1]:5000/repo:v1"),
+            ("[fe80::1]/repo", "[fe80::1]/repo:latest"),
         ] {
             assert_eq!(ImageRef::parse(input).unwrap().to_string(), want, "{input}");
         }

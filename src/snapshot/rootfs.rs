@@ -12,9 +12,11 @@
 //! Everything here works from a descriptor of the root and never follows a link.
 
 use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
@@ -57,10 +59,12 @@ pub fn settle_mount_points(rootfs: &Path) -> io::Result<Vec<String>> {
 /// followed inside the root (an absolute target starts again from the root, `..` stops there),
 /// a component not in the image taken as spelt (the runtime makes it a directory). A link whose
 /// target is not in the image is followed all the same: `/data` -> `/proc/sys` lands in procfs
-/// once it is mounted, though the image's /proc is empty. openat2's RESOLVE_IN_ROOT stops at
-/// such a link and pathrs resolves only what exists, hence this walk written by hand. Never
-/// follows a link on the host: every lookup is relative to the root's descriptor, no-follow.
-pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<String> {
+/// once it is mounted, though the image's /proc is empty. Below /dev, /proc and /sys nothing of
+/// the image is read: the runtime's tmpfs, procfs and sysfs hide it (an image's own `proc/self`
+/// link is not what the kernel's /proc/self will be). openat2's RESOLVE_IN_ROOT stops at a
+/// dangling link and pathrs resolves only what exists, hence this walk written by hand. Names
+/// are bytes throughout; every lookup is relative to the root's descriptor, no-follow.
+pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<PathBuf> {
     // The kernel's own limit on links in one lookup.
     const MAX_LINKS: u32 = 40;
     let root = nix::dir::Dir::open(
@@ -69,8 +73,8 @@ pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<String> {
         Mode::empty(),
     )?;
     let fd = Some(root.as_raw_fd());
-    let mut pending: VecDeque<String> = components(path).collect();
-    let mut resolved: Vec<String> = Vec::new();
+    let mut pending: VecDeque<OsString> = components(OsStr::new(path)).collect();
+    let mut resolved: Vec<OsString> = Vec::new();
     let mut links = 0;
     while let Some(name) = pending.pop_front() {
         if name == ".." {
@@ -78,17 +82,22 @@ pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<String> {
             continue;
         }
         resolved.push(name);
-        let here = resolved.join("/");
-        match fstatat(fd, here.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        if resolved
+            .first()
+            .is_some_and(|top| KERNEL_MOUNT_POINTS.iter().any(|k| top.as_os_str() == OsStr::new(k)))
+        {
+            continue; // hidden by the runtime's mount: taken as spelt
+        }
+        let here: PathBuf = resolved.iter().collect();
+        match fstatat(fd, here.as_path(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK => {
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(io::Error::from_raw_os_error(nix::libc::ELOOP));
                 }
-                let target = readlinkat(fd, here.as_str())?;
-                let target = target.to_string_lossy();
+                let target = readlinkat(fd, here.as_path())?;
                 resolved.pop();
-                if target.starts_with('/') {
+                if target.as_bytes().starts_with(b"/") {
                     resolved.clear();
                 }
                 for (i, c) in components(&target).enumerate() {
@@ -99,13 +108,14 @@ pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<String> {
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(format!("/{}", resolved.join("/")))
+    Ok(Path::new("/").join(resolved.iter().collect::<PathBuf>()))
 }
 
-fn components(path: &str) -> impl Iterator<Item = String> + '_ {
-    path.split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .map(str::to_string)
+fn components(path: &OsStr) -> impl Iterator<Item = OsString> + '_ {
+    path.as_bytes()
+        .split(|b| *b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(|c| OsStr::from_bytes(c).to_os_string())
 }
 
 #[cfg(test)]
@@ -152,12 +162,22 @@ mod tests {
         symlink("usr/etc", r.join("etc")).unwrap();
         symlink("../../../../proc/self", r.join("usr/up")).unwrap();
         symlink("loop", r.join("loop")).unwrap();
-        let resolve = |p: &str| resolve_in_root(r, p).unwrap();
+        // What the image keeps under its own /proc is hidden by procfs: never followed.
+        std::fs::create_dir_all(r.join("tmp")).unwrap();
+        symlink("/tmp", r.join("proc/self")).unwrap();
+        symlink("/srv", r.join("proc/sys")).unwrap();
+        // A link whose bytes are not UTF-8 is followed by its bytes.
+        let odd = OsStr::from_bytes(b"x\xff");
+        symlink("/proc/self", r.join(odd)).unwrap();
+        symlink(Path::new("/").join(odd), r.join("odd")).unwrap();
+        let resolve = |p: &str| resolve_in_root(r, p).unwrap().to_string_lossy().into_owned();
         assert_eq!(resolve("/data"), "/proc/sys");
         assert_eq!(resolve("/data/kernel/core_pattern"), "/proc/sys/kernel/core_pattern");
         assert_eq!(resolve("/etc/hosts"), "/usr/etc/hosts");
         assert_eq!(resolve("//etc/./x/../hostname"), "/usr/etc/hostname");
         assert_eq!(resolve("/usr/up/attr"), "/proc/self/attr");
+        assert_eq!(resolve("/odd/attr"), "/proc/self/attr");
+        assert_eq!(resolve("/proc/self/../sys/x"), "/proc/sys/x");
         assert_eq!(resolve("/srv/new/dir"), "/srv/new/dir");
         assert_eq!(resolve("/"), "/");
         assert_eq!(

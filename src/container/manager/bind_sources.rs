@@ -14,8 +14,9 @@
 //! point in place, resolving to something else.
 //!
 //! Before any of that, a bind the image's symlinks lead into /proc (`/data` -> `/proc/sys`) is
-//! refused as a CRI mount spelt into /proc is: libcontainer would refuse it too, deep in the
-//! container's init, as an internal error naming neither the mount nor the image.
+//! refused as a CRI mount spelt into /proc is: libcontainer 0.7's own check misses a link that
+//! dangles in the image and makes the bind. Links inside volumes (another container's writes)
+//! are not looked at: only the image's.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -135,11 +136,12 @@ impl BindSources {
 pub(super) fn refuse_binds_into_procfs(spec: &Spec, rootfs: &Path) -> Result<(), String> {
     for m in spec.mounts().iter().flatten().filter(|m| bind_source(m).is_some()) {
         let spelt = m.destination().to_string_lossy();
-        if crate::oci::covers_procfs(&spelt) {
-            continue; // the CRI's were refused by the spec builder: this is an lxcfs file
+        if spelt == "/proc" || spelt.starts_with("/proc/") {
+            continue; // spelt there: the spec builder let only lxcfs files through
         }
         let lands = crate::snapshot::rootfs::resolve_in_root(rootfs, &spelt)
             .map_err(|e| format!("resolving mount {spelt} in the image: {e}"))?;
+        let lands = lands.to_string_lossy();
         if crate::oci::covers_procfs(&lands) {
             return Err(format!(
                 "mount at {spelt} leads to {lands} through the image's symlinks: refused (a mount in /proc would receive what the runtime writes to procfs)"

@@ -74,9 +74,14 @@ impl ContainerManager {
                     let stored = this.commit_exit(&exit.container_id, |r| {
                         r.exited(exit.exit_code, exit.finished_at_ns, exit.oom_killed)
                     });
-                    if let Err(e) = stored.await {
-                        // Removed meanwhile (its exit needs no record) or the store failed.
-                        tracing::debug!(container = %exit.container_id, error = %e, "recording an exit");
+                    match stored.await {
+                        // Removed meanwhile: its exit needs no record.
+                        Ok(_) | Err(ContainerError::NotFound(_)) => {}
+                        Err(e) => {
+                            // The record stays Running: lists ask the shim again from now on.
+                            tracing::warn!(container = %exit.container_id, error = %e, "recording an exit");
+                            this.sandboxes.exit_notices.set_pushing(&sandbox_id, false);
+                        }
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;

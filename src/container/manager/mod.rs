@@ -552,8 +552,11 @@ impl ContainerManager {
             .await;
         drop(order);
         // An exit the shim reported before Running was stored was not recorded: ask once.
+        let sandbox_id = record.sandbox_id.clone();
         if let Err(e) = self.refresh(record).await {
             tracing::warn!(container = %id, error = %e, "checking a started container");
+            // It may have exited unrecorded: lists ask the shim again from now on.
+            self.sandboxes.exit_notices.set_pushing(&sandbox_id, false);
         }
         Ok(())
     }
