@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use crate::shim_client::{ContainerStatus, ShimClient};
 
 /// Exits arrive one by one and are looked at at once; a waiter that falls this far behind
 /// just asks its shim again.
@@ -65,9 +68,34 @@ impl ExitNotices {
         });
     }
 
-    /// Watches for one container's exit from now on: take it before asking the shim for the
-    /// state, so an exit between the answer and the wait is not missed.
-    pub fn watch(&self, sandbox_id: &str, container_id: &str) -> ExitWatch {
+    /// Asks `shim` for `container_id`'s state until it no longer runs (true) or `timeout` passed
+    /// (false), waking when its exit is pushed and at least every `tick` (a shim that cannot
+    /// push). StopContainer's and StopPodSandbox's wait.
+    pub async fn until_not_running(
+        &self,
+        shim: &ShimClient,
+        container_id: &str,
+        timeout: Duration,
+        tick: Duration,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        // Watched before the first question: an exit between answer and wait is not missed.
+        let mut exit = self.watch(shim.sandbox_id(), container_id);
+        loop {
+            match shim.state(container_id).await {
+                Ok(s) if s.status == ContainerStatus::Running => {}
+                _ => return true,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            exit.next(tick.min(deadline - now)).await;
+        }
+    }
+
+    /// Watches for one container's exit from now on.
+    fn watch(&self, sandbox_id: &str, container_id: &str) -> ExitWatch {
         ExitWatch {
             notices: self.notices.subscribe(),
             sandbox_id: sandbox_id.to_string(),
@@ -76,7 +104,7 @@ impl ExitNotices {
     }
 }
 
-pub struct ExitWatch {
+struct ExitWatch {
     notices: broadcast::Receiver<Notice>,
     sandbox_id: String,
     container_id: String,
@@ -85,7 +113,7 @@ pub struct ExitWatch {
 impl ExitWatch {
     /// Returns when the container's exit is pushed, when pushes were missed (fallen behind), or
     /// after `tick`, whichever comes first: the caller then asks the shim.
-    pub async fn next(&mut self, tick: Duration) {
+    async fn next(&mut self, tick: Duration) {
         let wait = async {
             loop {
                 match self.notices.recv().await {

@@ -665,14 +665,10 @@ impl SandboxManager {
     }
 
     async fn wait_stopped(&self, shim: &ShimClient) {
-        let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
-        let mut exit = self.exit_notices.watch(shim.sandbox_id(), PAUSE_ID);
-        while tokio::time::Instant::now() < deadline {
-            match shim.state(PAUSE_ID).await {
-                Ok(s) if s.status == ShimStatus::Running => exit.next(Duration::from_millis(10)).await,
-                _ => return,
-            }
-        }
+        let tick = Duration::from_millis(10);
+        self.exit_notices
+            .until_not_running(shim, PAUSE_ID, STOP_TIMEOUT, tick)
+            .await;
     }
 
     /// After a daemon restart: reconnect every shim. A sandbox whose shim or pause is gone is

@@ -43,7 +43,7 @@ impl Cri {
             }
             // A pod whose shim pushes its exits has current records (as containerd's store is):
             // no round trip to the shim per running container.
-            let record = match self.containers.exits_pushed(&record.sandbox_id) {
+            let record = match self.sandboxes.exit_notices.is_pushing(&record.sandbox_id) {
                 true => record,
                 false => self.containers.refresh(record).await?,
             };

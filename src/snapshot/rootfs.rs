@@ -18,6 +18,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use nix::dir::Dir;
 use nix::fcntl::{readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
@@ -29,11 +30,7 @@ const KERNEL_MOUNT_POINTS: [&str; 3] = ["dev", "proc", "sys"];
 /// there. Answers what was replaced ("/proc was a symlink", for the log); a directory, or
 /// nothing (libcontainer makes it), is left alone.
 pub fn settle_mount_points(rootfs: &Path) -> io::Result<Vec<String>> {
-    let root = nix::dir::Dir::open(
-        rootfs,
-        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let root = open_root(rootfs)?;
     let fd = Some(root.as_raw_fd());
     let mut replaced = Vec::new();
     for name in KERNEL_MOUNT_POINTS {
@@ -63,15 +60,10 @@ pub fn settle_mount_points(rootfs: &Path) -> io::Result<Vec<String>> {
 /// the image is read: the runtime's tmpfs, procfs and sysfs hide it (an image's own `proc/self`
 /// link is not what the kernel's /proc/self will be). openat2's RESOLVE_IN_ROOT stops at a
 /// dangling link and pathrs resolves only what exists, hence this walk written by hand. Names
-/// are bytes throughout; every lookup is relative to the root's descriptor, no-follow.
-pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<PathBuf> {
+/// are bytes throughout; every lookup is relative to `root` ([`open_root`]), no-follow.
+pub fn resolve_in_root(root: &Dir, path: &str) -> io::Result<PathBuf> {
     // The kernel's own limit on links in one lookup.
     const MAX_LINKS: u32 = 40;
-    let root = nix::dir::Dir::open(
-        rootfs,
-        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
     let fd = Some(root.as_raw_fd());
     let mut pending: VecDeque<OsString> = components(OsStr::new(path)).collect();
     let mut resolved: Vec<OsString> = Vec::new();
@@ -109,6 +101,15 @@ pub fn resolve_in_root(rootfs: &Path, path: &str) -> io::Result<PathBuf> {
         }
     }
     Ok(Path::new("/").join(resolved.iter().collect::<PathBuf>()))
+}
+
+/// A container's root, opened without following a link, for lookups relative to it.
+pub fn open_root(rootfs: &Path) -> io::Result<Dir> {
+    Ok(Dir::open(
+        rootfs,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 fn components(path: &OsStr) -> impl Iterator<Item = OsString> + '_ {
@@ -170,7 +171,8 @@ mod tests {
         let odd = OsStr::from_bytes(b"x\xff");
         symlink("/proc/self", r.join(odd)).unwrap();
         symlink(Path::new("/").join(odd), r.join("odd")).unwrap();
-        let resolve = |p: &str| resolve_in_root(r, p).unwrap().to_string_lossy().into_owned();
+        let root = open_root(r).unwrap();
+        let resolve = |p: &str| resolve_in_root(&root, p).unwrap().to_string_lossy().into_owned();
         assert_eq!(resolve("/data"), "/proc/sys");
         assert_eq!(resolve("/data/kernel/core_pattern"), "/proc/sys/kernel/core_pattern");
         assert_eq!(resolve("/etc/hosts"), "/usr/etc/hosts");
@@ -181,7 +183,7 @@ mod tests {
         assert_eq!(resolve("/srv/new/dir"), "/srv/new/dir");
         assert_eq!(resolve("/"), "/");
         assert_eq!(
-            resolve_in_root(r, "/loop/x").unwrap_err().raw_os_error(),
+            resolve_in_root(&root, "/loop/x").unwrap_err().raw_os_error(),
             Some(nix::libc::ELOOP)
         );
     }

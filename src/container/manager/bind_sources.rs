@@ -134,12 +134,13 @@ impl BindSources {
 /// CVE-2025-52565 class: a bind there would receive what the runtime writes to procfs). Err is
 /// the FailedPrecondition message: the request is fine, the image is not.
 pub(super) fn refuse_binds_into_procfs(spec: &Spec, rootfs: &Path) -> Result<(), String> {
+    let root = crate::snapshot::rootfs::open_root(rootfs).map_err(|e| format!("opening the container's root: {e}"))?;
     for m in spec.mounts().iter().flatten().filter(|m| bind_source(m).is_some()) {
         let spelt = m.destination().to_string_lossy();
         if spelt == "/proc" || spelt.starts_with("/proc/") {
             continue; // spelt there: the spec builder let only lxcfs files through
         }
-        let lands = crate::snapshot::rootfs::resolve_in_root(rootfs, &spelt)
+        let lands = crate::snapshot::rootfs::resolve_in_root(&root, &spelt)
             .map_err(|e| format!("resolving mount {spelt} in the image: {e}"))?;
         let lands = lands.to_string_lossy();
         if crate::oci::covers_procfs(&lands) {

@@ -201,12 +201,6 @@ impl ContainerManager {
         }
     }
 
-    /// Whether the shim of `sandbox_id` pushes its containers' exits, so their records are
-    /// current without asking it.
-    pub fn exits_pushed(&self, sandbox_id: &str) -> bool {
-        self.sandboxes.exit_notices.is_pushing(sandbox_id)
-    }
-
     pub fn list_records(&self) -> Result<Vec<ContainerRecord>, ContainerError> {
         Ok(self.store.list::<ContainerRecord>()?)
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{shim_failed, ContainerError, ContainerManager};
 use crate::api;
 use crate::container::record::{ContainerRecord, ContainerState};
-use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError};
+use crate::shim_client::{ShimClient, ShimError};
 
 impl ContainerManager {
     /// StopContainer: the stop signal (config, else image, else SIGTERM), then SIGKILL after
@@ -54,19 +54,11 @@ impl ContainerManager {
     }
 
     pub(super) async fn wait_exit(&self, shim: &ShimClient, id: &str, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut exit = self.sandboxes.exit_notices.watch(shim.sandbox_id(), id);
-        loop {
-            match shim.state(id).await {
-                Ok(s) if s.status == ShimStatus::Running => {}
-                _ => return true,
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            exit.next(Duration::from_millis(20).min(deadline - now)).await;
-        }
+        let tick = Duration::from_millis(20);
+        self.sandboxes
+            .exit_notices
+            .until_not_running(shim, id, timeout, tick)
+            .await
     }
 }
 
