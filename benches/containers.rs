@@ -3,12 +3,14 @@
 //! ListPodSandbox, ListContainerStats and ListPodSandboxStats with 100 running containers in one
 //! pod, then density: 110 pods (the kubelet's default maxPods) each running one container, all
 //! asked for at once, the time until the last container started, the per-pod shim RSS and the
-//! node's memory for the runtime (daemon + shims); printed side by side with containerd's CRI
-//! plugin (runc) when `containerd` and `runc` are on PATH.
+//! node's memory for the runtime (daemon + shims), then ListContainers and ListPodSandbox at scale
+//! (1000 created containers in one pod, 1000 stopped pods); printed side by side with containerd's
+//! CRI plugin (runc) when `containerd` and `runc` are on PATH.
 //!
 //!   cargo bench --bench containers     (SCUTE_BENCH_CONTAINERS=N cycles, default 50; 3 without --bench;
 //!                                       SCUTE_BENCH_STATS_CONTAINERS=N, default 100; 5 without --bench;
-//!                                       SCUTE_BENCH_DENSITY_PODS=N, default 110; 3 without --bench)
+//!                                       SCUTE_BENCH_DENSITY_PODS=N, default 110; 3 without --bench;
+//!                                       SCUTE_BENCH_LIST_OBJECTS=N, default 1000; 4 without --bench)
 //!
 //! Both runtimes pull busybox (`<registry>/e2e-test-images/busybox:1.29-2`) from one local registry
 //! filled by images/build.sh (plain HTTP: loopback for scute, hosts.toml for containerd, which also
@@ -33,6 +35,8 @@ use tonic::transport::Channel;
 
 /// Timed ListContainerStats / ListPodSandboxStats calls (after one untimed call each).
 const STATS_CALLS: usize = 20;
+/// Requests in flight while the objects of the lists-at-scale phase are made and removed (untimed).
+const SETUP_CONCURRENCY: usize = 8;
 // Daemon, registry and host-state helpers shared with the other CRI benchmarks.
 include!("common/harness.rs");
 
@@ -188,11 +192,117 @@ struct Figures {
     list_container_stats: Vec<Duration>,
     list_containers: Vec<Duration>,
     list_pods: Vec<Duration>,
+    /// ListContainers with the lists-at-scale phase's created containers.
+    list_containers_at_scale: Vec<Duration>,
+    /// ListPodSandbox with the lists-at-scale phase's stopped pods.
+    list_pods_at_scale: Vec<Duration>,
     /// containerd 1.6 fails ListPodSandboxStats for pods without a cgroup parent: its error.
     list_pod_stats: Result<Vec<Duration>, String>,
 }
 
-async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, density_pods: usize, image: &str) -> Figures {
+/// How many objects each phase makes.
+#[derive(Clone, Copy)]
+struct Sizes {
+    cycles: usize,
+    stats_containers: usize,
+    density_pods: usize,
+    list_objects: usize,
+}
+
+/// `calls` timed calls of ListContainers and of ListPodSandbox (after one untimed call each),
+/// failing when fewer than `containers` / `pods` objects are listed.
+async fn time_lists(client: &Client<'_>, calls: usize, containers: usize, pods: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let mut rt = client.rt.clone();
+    let (mut list_containers, mut list_pods) = (Vec::new(), Vec::new());
+    for i in 0..=calls {
+        let (r, took) = client
+            .daemon
+            .timed(
+                "ListContainers",
+                rt.list_containers(api::ListContainersRequest { filter: None }),
+            )
+            .await;
+        let listed = r.into_inner().containers.len();
+        if listed < containers {
+            client
+                .daemon
+                .fail("ListContainers", format!("{listed} of {containers} containers"));
+        }
+        let (r, took_list_pods) = client
+            .daemon
+            .timed(
+                "ListPodSandbox",
+                rt.list_pod_sandbox(api::ListPodSandboxRequest { filter: None }),
+            )
+            .await;
+        let listed = r.into_inner().items.len();
+        if listed < pods {
+            client
+                .daemon
+                .fail("ListPodSandbox", format!("{listed} of {pods} pods"));
+        }
+        if i > 0 {
+            list_containers.push(took);
+            list_pods.push(took_list_pods);
+        }
+    }
+    (list_containers, list_pods)
+}
+
+/// Lists at scale: `n` created (not started) containers in one pod, and `n` stopped pods (a
+/// node's history before the kubelet's garbage collection), then ListContainers and
+/// ListPodSandbox timed. Made and removed `SETUP_CONCURRENCY` at a time, untimed.
+async fn lists_at_scale(client: &Client<'_>, n: usize) -> (Vec<Duration>, Vec<Duration>) {
+    use futures_util::StreamExt;
+    let started = Instant::now();
+    let pod = client.run_pod("bench-lists").await;
+    let containers: Vec<String> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let pod = &pod;
+            async move { client.create(pod, &format!("listed-{i}")).await.0 }
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    let pods: Vec<Pod> = futures_util::stream::iter(0..n)
+        .map(|i| async move {
+            let pod = client.run_pod(&format!("bench-listed-{i}")).await;
+            let mut rt = client.rt.clone();
+            let stop = api::StopPodSandboxRequest {
+                pod_sandbox_id: pod.id.clone(),
+            };
+            client.daemon.timed("StopPodSandbox", rt.stop_pod_sandbox(stop)).await;
+            pod
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    println!(
+        "  {:<10} lists at scale: {n} created containers and {n} stopped pods made in {:.1} s",
+        client.daemon.name(),
+        started.elapsed().as_secs_f64()
+    );
+    let figures = time_lists(client, STATS_CALLS, n, n).await;
+    futures_util::stream::iter(&containers)
+        .for_each_concurrent(SETUP_CONCURRENCY, |id| async move {
+            client.remove(id).await;
+        })
+        .await;
+    futures_util::stream::iter(pods.iter().chain([&pod]))
+        .for_each_concurrent(SETUP_CONCURRENCY, |pod| async move {
+            client.remove_pod(pod).await;
+        })
+        .await;
+    figures
+}
+
+async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
+    let Sizes {
+        cycles,
+        stats_containers,
+        density_pods,
+        list_objects,
+    } = sizes;
     let channel = scute::client::connect(&daemon.socket).await.expect("connect");
     let logs = daemon.dir.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -262,34 +372,10 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, densit
         client.start(&id).await;
         ids.push(id);
     }
+    let (list_containers, list_pods) = time_lists(&client, STATS_CALLS, stats_containers, 1).await;
     let (mut list_container_stats, mut list_pod_stats) = (Vec::new(), Ok(Vec::new()));
-    let (mut list_containers, mut list_pods) = (Vec::new(), Vec::new());
     for i in 0..=STATS_CALLS {
         let mut rt = client.rt.clone();
-        let (r, took) = client
-            .daemon
-            .timed(
-                "ListContainers",
-                rt.list_containers(api::ListContainersRequest { filter: None }),
-            )
-            .await;
-        let listed = r.into_inner().containers.len();
-        if listed < stats_containers {
-            client
-                .daemon
-                .fail("ListContainers", format!("{listed} of {stats_containers} containers"));
-        }
-        let (_, took_list_pods) = client
-            .daemon
-            .timed(
-                "ListPodSandbox",
-                rt.list_pod_sandbox(api::ListPodSandboxRequest { filter: None }),
-            )
-            .await;
-        if i > 0 {
-            list_containers.push(took);
-            list_pods.push(took_list_pods);
-        }
         let (r, took) = client
             .daemon
             .timed(
@@ -365,6 +451,8 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, densit
         client.remove(id).await;
         client.remove_pod(pod).await;
     }
+
+    let (list_containers_at_scale, list_pods_at_scale) = lists_at_scale(&client, list_objects).await;
     Figures {
         samples,
         shim_rss_kib: rss as f64 / density_pods as f64,
@@ -375,24 +463,20 @@ async fn measure(daemon: &Daemon, cycles: usize, stats_containers: usize, densit
         list_container_stats,
         list_containers,
         list_pods,
+        list_containers_at_scale,
+        list_pods_at_scale,
         list_pod_stats,
     }
 }
 
 /// Measures a daemon on a client runtime of its own, dropped (closing the connections) before the
 /// daemon is shut down.
-fn bench(
-    daemon: &mut Daemon,
-    cycles: usize,
-    stats_containers: usize,
-    density_pods: usize,
-    image: &str,
-) -> (Figures, Vec<String>) {
+fn bench(daemon: &mut Daemon, sizes: Sizes, image: &str) -> (Figures, Vec<String>) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let figures = runtime.block_on(measure(daemon, cycles, stats_containers, density_pods, image));
+    let figures = runtime.block_on(measure(daemon, sizes, image));
     drop(runtime);
     let notes = daemon.shutdown();
     (figures, notes)
@@ -417,12 +501,24 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench_mode { 110 } else { 3 })
         .max(1);
+    let list_objects: usize = std::env::var("SCUTE_BENCH_LIST_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if bench_mode { 1000 } else { 4 })
+        .max(1);
+    let sizes = Sizes {
+        cycles,
+        stats_containers,
+        density_pods,
+        list_objects,
+    };
     ensure_shim_built();
     println!(
         "container benchmark: {cycles} sequential CreateContainer -> StartContainer -> StopContainer(timeout 0) \
          -> RemoveContainer cycles of busybox `sleep 3600` in one host-network pod, ListContainerStats and \
          ListPodSandboxStats with {stats_containers} running containers in one pod, then {density_pods} pods \
-         with one running container each, all asked for at once, for the time to start them and RSS"
+         with one running container each, all asked for at once, for the time to start them and RSS, then \
+         ListContainers and ListPodSandbox with {list_objects} created containers and {list_objects} stopped pods"
     );
 
     // Dropped last: after every daemon.
@@ -438,7 +534,7 @@ fn main() {
             "  scute      CNI conflist {} {} (unused: host network)",
             daemon.network.bridge, daemon.network.subnet
         );
-        let (figures, left) = bench(&mut daemon, cycles, stats_containers, density_pods, &image);
+        let (figures, left) = bench(&mut daemon, sizes, &image);
         notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
         results.push(("scute", figures));
     }
@@ -449,7 +545,7 @@ fn main() {
                 "  containerd CNI conflist {} {} (unused: host network)",
                 daemon.network.bridge, daemon.network.subnet
             );
-            let (figures, left) = bench(&mut daemon, cycles, stats_containers, density_pods, &image);
+            let (figures, left) = bench(&mut daemon, sizes, &image);
             notes.extend(left.into_iter().map(|n| format!("containerd: {n}")));
             results.push(("containerd", figures));
         }
@@ -501,6 +597,13 @@ fn main() {
             "",
             mean_p99(f.list_containers.clone()),
             mean_p99(f.list_pods.clone()),
+        );
+        println!(
+            "{:<11}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods: \
+             ListPodSandbox mean/p99 {} ms",
+            "",
+            mean_p99(f.list_containers_at_scale.clone()),
+            mean_p99(f.list_pods_at_scale.clone()),
         );
         println!(
             "{:<11}   {stats_containers} running containers: ListContainerStats mean/p99 {} ms, \

@@ -2,12 +2,13 @@
 //! multi-layer image from a local registry, with the daemon's peak RSS, printed side by side with
 //! containerd's CRI plugin when `containerd` is on PATH.
 //!
-//!   cargo bench --bench pull          (SCUTE_BENCH_PULLS=N repeated pulls, default 3)
+//!   cargo bench --bench pull          (SCUTE_BENCH_PULLS=N repeated pulls, default 3;
+//!                                      SCUTE_BENCH_PULL_COMPRESSIONS=gzip,zstd the variants)
 //!
-//! The image (LAYERS layers of FILES pseudo-random files, LAYER_SIZE bytes each, gzip) is built
-//! with the image kit once and cached under target/bench-images/<parameters>/. Each runtime gets a
-//! fresh daemon: the first pull is cold, then RemoveImage + PullImage N times. Figures are printed,
-//! never asserted.
+//! The image (LAYERS layers of FILES pseudo-random files, LAYER_SIZE bytes a layer: about 200 MB,
+//! issue 21's image) is built with the image kit once per compression and cached under
+//! target/bench-images/<parameters>/. Each runtime gets a fresh daemon per variant: the first pull
+//! is cold, then RemoveImage + PullImage N times. Figures are printed, never asserted.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,10 +21,10 @@ use scute::api::{ImageFsInfoRequest, ImageSpec, PullImageRequest, RemoveImageReq
 
 const LAYERS: u32 = 10;
 const FILES_PER_LAYER: u32 = 4;
-const LAYER_SIZE: &str = "10M";
-const REPO_TAG: &str = "bench/multilayer:1";
+const LAYER_SIZE: &str = "20M";
+const REPO: &str = "bench/multilayer";
 /// Bumped when the way the image is built changes, so stale caches are not reused.
-const CACHE_VERSION: u32 = 1;
+const CACHE_VERSION: u32 = 2;
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long after the last pull the daemon's RSS is read again.
 const SETTLE: Duration = Duration::from_secs(10);
@@ -66,8 +67,8 @@ fn kit(kit: &Path, args: &[&str]) -> String {
 }
 
 /// The OCI layout of the benchmark image, generated on first use and cached by its parameters.
-fn image_layout(kit_bin: &Path) -> PathBuf {
-    let key = format!("multilayer-v{CACHE_VERSION}-{LAYERS}x{FILES_PER_LAYER}files-{LAYER_SIZE}-gzip");
+fn image_layout(kit_bin: &Path, compression: &str) -> PathBuf {
+    let key = format!("multilayer-v{CACHE_VERSION}-{LAYERS}x{FILES_PER_LAYER}files-{LAYER_SIZE}-{compression}");
     let cache_root = target_dir().join("bench-images");
     let layout = cache_root.join(&key);
     if layout.join(".complete").is_file() {
@@ -106,7 +107,7 @@ fn image_layout(kit_bin: &Path) -> PathBuf {
         "--out".into(),
         built.to_str().unwrap().to_string(),
         "--compression".into(),
-        "gzip".into(),
+        compression.into(),
         "--label".into(),
         format!("bench.image={key}"),
     ]);
@@ -528,65 +529,75 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench_mode { 3 } else { 1 })
         .max(1);
+    let compressions: Vec<String> = std::env::var("SCUTE_BENCH_PULL_COMPRESSIONS")
+        .unwrap_or_else(|_| if bench_mode { "gzip,zstd" } else { "gzip" }.into())
+        .split(',')
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect();
 
     let kit_bin = imagekit();
-    let layout = image_layout(&kit_bin);
-    let (layer_count, compressed) = layer_sizes(&layout);
-
     let registry = Registry::start();
-    let to = format!("{}/{REPO_TAG}", registry.addr);
-    kit(
-        &kit_bin,
-        &[
-            "push",
-            "--layout",
-            layout.to_str().unwrap(),
-            "--to",
-            &to,
-            "--plain-http",
-        ],
-    );
-    let image = to;
-    println!(
-        "image: {image}: {layer_count} gzip layers, {:.1} MB compressed; 1 cold pull + {repeats} × (RemoveImage, PullImage) per runtime",
-        mb(compressed)
-    );
-
-    // The client runtime is dropped before each daemon, so connections close and shutdown is prompt.
-    let mut results: Vec<(&'static str, Figures)> = Vec::new();
-    {
-        let subject = start_scute();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let figures = runtime.block_on(measure(&subject, &image, repeats));
-        drop(runtime);
-        results.push((subject.name, figures));
+    let containerd = which("containerd");
+    if containerd.is_none() {
+        println!("(containerd not on PATH: scute figures only)");
     }
-    match which("containerd") {
-        Some(bin) => {
-            let mut subject = start_containerd(&bin, &registry.addr);
+
+    // (image variant, runtime, compressed MB, figures)
+    let mut results: Vec<(String, &'static str, u64, Figures)> = Vec::new();
+    for compression in &compressions {
+        let layout = image_layout(&kit_bin, compression);
+        let (layer_count, compressed) = layer_sizes(&layout);
+        let image = format!("{}/{REPO}:{compression}", registry.addr);
+        kit(
+            &kit_bin,
+            &[
+                "push",
+                "--layout",
+                layout.to_str().unwrap(),
+                "--to",
+                &image,
+                "--plain-http",
+            ],
+        );
+        println!(
+            "image: {image}: {layer_count} {compression} layers, {:.1} MB compressed; 1 cold pull + {repeats} × (RemoveImage, PullImage) per runtime, each on a fresh daemon",
+            mb(compressed)
+        );
+        // The client runtime is dropped before each daemon, so connections close and shutdown is
+        // prompt.
+        {
+            let subject = start_scute();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             let figures = runtime.block_on(measure(&subject, &image, repeats));
             drop(runtime);
-            results.push((subject.name, figures));
+            results.push((compression.clone(), subject.name, compressed, figures));
+        }
+        if let Some(bin) = &containerd {
+            let mut subject = start_containerd(bin, &registry.addr);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let figures = runtime.block_on(measure(&subject, &image, repeats));
+            drop(runtime);
+            results.push((compression.clone(), subject.name, compressed, figures));
             subject.stop();
             let left = mounts_under(subject.dir.path());
             if !left.is_empty() {
                 println!("note: containerd left mounts under its temp dir (unmounted): {left:?}");
             }
         }
-        None => println!("(containerd not on PATH: scute figures only)"),
     }
     drop(registry);
 
     println!();
     println!(
-        "{:<11} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>13}",
+        "{:<6} {:<11} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>13}",
+        "layers",
         "runtime",
         "first s",
         "best s",
@@ -599,19 +610,20 @@ fn main() {
         "disk pulled",
         "disk after rm"
     );
-    for (name, f) in &results {
+    for (compression, name, compressed, f) in &results {
         let mut sorted = f.repeated.clone();
         sorted.sort();
         let best = sorted[0];
         let median = sorted[sorted.len() / 2];
         println!(
-            "{:<11} {:>9.3} {:>8.3} {:>9.3} {:>10.1} {:>10.1} {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>8.1} MB {:>10.1} MB",
+            "{:<6} {:<11} {:>9.3} {:>8.3} {:>9.3} {:>10.1} {:>10.1} {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>8.1} MB {:>10.1} MB",
+            compression,
             name,
             f.first.as_secs_f64(),
             best.as_secs_f64(),
             median.as_secs_f64(),
-            mb(compressed) / f.first.as_secs_f64(),
-            mb(compressed) / best.as_secs_f64(),
+            mb(*compressed) / f.first.as_secs_f64(),
+            mb(*compressed) / best.as_secs_f64(),
             f.peak_rss_kib as f64 / 1024.0,
             f.idle_rss_kib as f64 / 1024.0,
             f.settled_rss_kib as f64 / 1024.0,
@@ -620,7 +632,8 @@ fn main() {
         );
     }
     println!(
-        "(best/median over the {repeats} pulls after RemoveImage; MB/s = compressed MB / wall s; peak RSS = VmHWM over the \
-         daemon's life; RSS +10 s = VmRSS 10 s after the last pull; disk = regular-file bytes under the daemon's root after the cold pull / after the last RemoveImage)"
+        "(first = the cold pull on a fresh daemon; best/median over the {repeats} pulls after RemoveImage; MB/s = compressed MB / wall s; \
+         peak RSS = VmHWM over the daemon's life; RSS +10 s = VmRSS 10 s after the last pull; disk = regular-file bytes under the \
+         daemon's root after the cold pull / after the last RemoveImage)"
     );
 }
