@@ -211,7 +211,12 @@ struct Sizes {
 
 /// `calls` timed calls of ListContainers and of ListPodSandbox (after one untimed call each),
 /// failing when fewer than `containers` / `pods` objects are listed.
-async fn time_lists(client: &Client<'_>, calls: usize, containers: usize, pods: usize) -> (Vec<Duration>, Vec<Duration>) {
+async fn time_lists(
+    client: &Client<'_>,
+    calls: usize,
+    containers: usize,
+    pods: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
     let mut rt = client.rt.clone();
     let (mut list_containers, mut list_pods) = (Vec::new(), Vec::new());
     for i in 0..=calls {
@@ -237,9 +242,7 @@ async fn time_lists(client: &Client<'_>, calls: usize, containers: usize, pods: 
             .await;
         let listed = r.into_inner().items.len();
         if listed < pods {
-            client
-                .daemon
-                .fail("ListPodSandbox", format!("{listed} of {pods} pods"));
+            client.daemon.fail("ListPodSandbox", format!("{listed} of {pods} pods"));
         }
         if i > 0 {
             list_containers.push(took);

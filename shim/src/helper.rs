@@ -138,7 +138,7 @@ fn wait_helper(child: Pid, what: &str) -> Option<WaitStatus> {
 /// at once, where polling waitpid with naps cost each libcontainer operation 1-3 ms. True at once
 /// when the kernel has no pidfd_open (before 5.3): the caller's polling loop then waits. By hand
 /// through libc: nix has no pidfd_open.
-fn await_exit(child: Pid, deadline: Instant) -> bool {
+pub(crate) fn await_exit(child: Pid, deadline: Instant) -> bool {
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
     if raw < 0 {
         return true;

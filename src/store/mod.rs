@@ -10,8 +10,14 @@
 //! so a name can never point at a record that doesn't exist.
 //!
 //! All calls are synchronous and may fsync: async callers run writes in `spawn_blocking`.
+//!
+//! Reads come from a cache of decoded records (see [`Cache`]): decoding JSON was most of what
+//! ListContainers and ListPodSandbox cost with 1000 records (issue 21).
 
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
@@ -64,7 +70,7 @@ impl std::fmt::Display for Kind {
 }
 
 /// A record kept in the store under its kind's table.
-pub trait Record: Serialize + DeserializeOwned {
+pub trait Record: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
     const KIND: Kind;
     fn id(&self) -> &str;
 }
@@ -120,6 +126,47 @@ from_redb!(
 pub struct Store {
     db: Database,
     path: PathBuf,
+    cache: Cache,
+}
+
+/// The committed records of each record type read so far, decoded, so that a list or a get
+/// clones them instead of parsing JSON. A type's records are loaded on its first read; every
+/// write through the store updates them after its commit. `writes` is held from a write's
+/// transaction to its cache update, and across a load, so the cache follows the commit order
+/// and a load never misses a write. (No crate caches a redb table's decoded values.)
+#[derive(Default)]
+struct Cache {
+    writes: Mutex<()>,
+    types: Mutex<HashMap<TypeId, Loaded>>,
+}
+
+/// One record type's records, by ID.
+struct Loaded {
+    kind: Kind,
+    records: BTreeMap<String, Cached>,
+}
+
+enum Cached {
+    Decoded(Arc<dyn Any + Send + Sync>),
+    /// Kept as stored: every read reports it as corrupt, as reading the table would.
+    Undecodable(Arc<[u8]>),
+}
+
+impl Cached {
+    fn get<R: Record>(&self, id: &str) -> Result<R> {
+        match self {
+            Cached::Decoded(any) => Ok(any
+                .downcast_ref::<R>()
+                .expect("records are cached under their own TypeId")
+                .clone()),
+            Cached::Undecodable(bytes) => decode::<R>(id, bytes),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere with the lock held leaves the cache as consistent as before it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Store {
@@ -154,6 +201,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_path_buf(),
+            cache: Cache::default(),
         };
         store.init_schema()?;
         Ok(store)
@@ -204,9 +252,11 @@ impl Store {
             id: record.id().to_string(),
             source,
         })?;
+        let _writes = lock(&self.cache.writes);
         let tx = self.db.begin_write()?;
         tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
         tx.commit()?;
+        self.cached_write::<R>(record.id(), Some(record));
         Ok(())
     }
 
@@ -218,6 +268,7 @@ impl Store {
             id: record.id().to_string(),
             source,
         })?;
+        let _writes = lock(&self.cache.writes);
         let tx = self.db.begin_write()?;
         {
             let mut names = tx.open_table(NAMES)?;
@@ -239,32 +290,65 @@ impl Store {
             tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
         }
         tx.commit()?;
+        self.cached_write::<R>(record.id(), Some(record));
         Ok(())
     }
 
     pub fn get<R: Record>(&self, id: &str) -> Result<Option<R>> {
-        let tx = self.db.begin_read()?;
-        let table = tx.open_table(R::KIND.table())?;
-        let Some(value) = table.get(id)? else {
-            return Ok(None);
-        };
-        decode::<R>(id, value.value()).map(Some)
+        self.with_loaded::<R, _>(|loaded| loaded.records.get(id).map(|c| c.get::<R>(id)).transpose())
     }
 
+    /// Every record of the type, in ID order.
     pub fn list<R: Record>(&self) -> Result<Vec<R>> {
-        let tx = self.db.begin_read()?;
-        let table = tx.open_table(R::KIND.table())?;
-        let mut out = Vec::new();
-        for entry in table.iter()? {
-            let (id, value) = entry?;
-            out.push(decode::<R>(id.value(), value.value())?);
+        self.with_loaded::<R, _>(|loaded| loaded.records.iter().map(|(id, c)| c.get::<R>(id)).collect())
+    }
+
+    /// Runs `f` on the type's cached records, loading them from the table on first use.
+    fn with_loaded<R: Record, T>(&self, f: impl Fn(&Loaded) -> Result<T>) -> Result<T> {
+        if let Some(loaded) = lock(&self.cache.types).get(&TypeId::of::<R>()) {
+            return f(loaded);
         }
-        Ok(out)
+        let _writes = lock(&self.cache.writes);
+        let mut records = BTreeMap::new();
+        {
+            let tx = self.db.begin_read()?;
+            let table = tx.open_table(R::KIND.table())?;
+            for entry in table.iter()? {
+                let (id, value) = entry?;
+                let (id, value) = (id.value(), value.value());
+                let cached = match decode::<R>(id, value) {
+                    Ok(record) => Cached::Decoded(Arc::new(record)),
+                    Err(_) => Cached::Undecodable(value.into()),
+                };
+                records.insert(id.to_string(), cached);
+            }
+        }
+        let mut types = lock(&self.cache.types);
+        let loaded = types
+            .entry(TypeId::of::<R>())
+            .or_insert(Loaded { kind: R::KIND, records });
+        f(loaded)
+    }
+
+    /// After a committed write of `id` (`None`: deleted): the type's cache follows; another
+    /// type read from the same table (tests do that) is dropped, to be loaded again.
+    fn cached_write<R: Record>(&self, id: &str, record: Option<&R>) {
+        let mut types = lock(&self.cache.types);
+        types.retain(|type_id, loaded| loaded.kind != R::KIND || *type_id == TypeId::of::<R>());
+        if let Some(loaded) = types.get_mut(&TypeId::of::<R>()) {
+            match record {
+                Some(r) => loaded
+                    .records
+                    .insert(id.to_string(), Cached::Decoded(Arc::new(r.clone()))),
+                None => loaded.records.remove(id),
+            };
+        }
     }
 
     /// Deletes a record and releases its name (if it holds one). Deleting an absent record is
     /// not an error: Remove RPCs are idempotent. Returns whether a record was deleted.
     pub fn delete<R: Record>(&self, id: &str, name: Option<&str>) -> Result<bool> {
+        let _writes = lock(&self.cache.writes);
         let tx = self.db.begin_write()?;
         let existed = {
             let existed = tx.open_table(R::KIND.table())?.remove(id)?.is_some();
@@ -279,6 +363,7 @@ impl Store {
             existed
         };
         tx.commit()?;
+        self.cached_write::<R>(id, None);
         Ok(existed)
     }
 
@@ -532,5 +617,54 @@ mod tests {
         tx.commit().unwrap();
         assert!(matches!(store.get::<Pod>("bad"), Err(Error::Corrupt { .. })));
         assert!(matches!(store.list::<Pod>(), Err(Error::Corrupt { .. })));
+    }
+
+    /// Reads come from the cache once a type is loaded: every write must show in them, in
+    /// commit order, and what a reopened store reads must agree.
+    #[test]
+    fn reads_follow_every_write() {
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        struct PodName {
+            id: String,
+            name: String,
+        }
+        impl Record for PodName {
+            const KIND: Kind = Kind::Sandbox;
+            fn id(&self) -> &str {
+                &self.id
+            }
+        }
+        let (dir, store) = temp_store();
+        assert!(store.list::<Pod>().unwrap().is_empty());
+        store.create("a", &pod("id-a", "a")).unwrap();
+        store.put(&pod("id-b", "b")).unwrap();
+        let mut b = store.get::<Pod>("id-b").unwrap().unwrap();
+        b.attempt = 7;
+        store.put(&b).unwrap();
+        assert_eq!(store.list::<Pod>().unwrap(), vec![pod("id-a", "a"), b.clone()]);
+        // Another type over the same table sees the writes of the first, and its own writes
+        // show through the first.
+        assert_eq!(store.list::<PodName>().unwrap().len(), 2);
+        assert!(store.delete::<Pod>("id-a", Some("a")).unwrap());
+        assert_eq!(store.get::<Pod>("id-a").unwrap(), None);
+        assert_eq!(
+            store.list::<PodName>().unwrap(),
+            vec![PodName {
+                id: "id-b".into(),
+                name: "b".into()
+            }]
+        );
+        store
+            .put(&PodName {
+                id: "id-c".into(),
+                name: "c".into(),
+            })
+            .unwrap();
+        assert_eq!(store.get::<Pod>("id-c").unwrap(), Some(pod("id-c", "c")));
+        let path = store.path().to_path_buf();
+        let listed = store.list::<Pod>().unwrap();
+        drop(store);
+        assert_eq!(Store::open(&path).unwrap().list::<Pod>().unwrap(), listed);
+        drop(dir);
     }
 }
