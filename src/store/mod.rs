@@ -146,20 +146,30 @@ struct Loaded {
     records: BTreeMap<String, Cached>,
 }
 
+/// Cheap to clone: readers copy these under the lock and the records after releasing it.
+#[derive(Clone)]
 enum Cached {
     Decoded(Arc<dyn Any + Send + Sync>),
-    /// Kept as stored: every read reports it as corrupt, as reading the table would.
-    Undecodable(Arc<[u8]>),
+    /// Kept as stored (ID, bytes): every read reports it as corrupt, as reading the table would.
+    Undecodable(Arc<(String, Box<[u8]>)>),
 }
 
 impl Cached {
-    fn get<R: Record>(&self, id: &str) -> Result<R> {
+    /// What reading the stored bytes gives: the decoded record, or the error it did.
+    fn from_stored<R: Record>(id: &str, bytes: &[u8]) -> Cached {
+        match decode::<R>(id, bytes) {
+            Ok(record) => Cached::Decoded(Arc::new(record)),
+            Err(_) => Cached::Undecodable(Arc::new((id.to_string(), bytes.into()))),
+        }
+    }
+
+    fn record<R: Record>(&self) -> Result<R> {
         match self {
             Cached::Decoded(any) => Ok(any
                 .downcast_ref::<R>()
                 .expect("records are cached under their own TypeId")
                 .clone()),
-            Cached::Undecodable(bytes) => decode::<R>(id, bytes),
+            Cached::Undecodable(stored) => decode::<R>(&stored.0, &stored.1),
         }
     }
 }
@@ -256,7 +266,7 @@ impl Store {
         let tx = self.db.begin_write()?;
         tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
         tx.commit()?;
-        self.cached_write::<R>(record.id(), Some(record));
+        self.cached_write::<R>(record.id(), Some(&bytes));
         Ok(())
     }
 
@@ -290,23 +300,26 @@ impl Store {
             tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
         }
         tx.commit()?;
-        self.cached_write::<R>(record.id(), Some(record));
+        self.cached_write::<R>(record.id(), Some(&bytes));
         Ok(())
     }
 
     pub fn get<R: Record>(&self, id: &str) -> Result<Option<R>> {
-        self.with_loaded::<R, _>(|loaded| loaded.records.get(id).map(|c| c.get::<R>(id)).transpose())
+        let cached = self.with_loaded::<R, _>(|loaded| loaded.records.get(id).cloned())?;
+        cached.map(|c| c.record::<R>()).transpose()
     }
 
     /// Every record of the type, in ID order.
     pub fn list<R: Record>(&self) -> Result<Vec<R>> {
-        self.with_loaded::<R, _>(|loaded| loaded.records.iter().map(|(id, c)| c.get::<R>(id)).collect())
+        let cached = self.with_loaded::<R, _>(|loaded| loaded.records.values().cloned().collect::<Vec<_>>())?;
+        cached.iter().map(Cached::record::<R>).collect()
     }
 
-    /// Runs `f` on the type's cached records, loading them from the table on first use.
-    fn with_loaded<R: Record, T>(&self, f: impl Fn(&Loaded) -> Result<T>) -> Result<T> {
+    /// Runs `f` on the type's cached records, loading them from the table on first use. `f` runs
+    /// under the cache's lock: it only copies `Cached` handles, the records are cloned after.
+    fn with_loaded<R: Record, T>(&self, f: impl Fn(&Loaded) -> T) -> Result<T> {
         if let Some(loaded) = lock(&self.cache.types).get(&TypeId::of::<R>()) {
-            return f(loaded);
+            return Ok(f(loaded));
         }
         let _writes = lock(&self.cache.writes);
         let mut records = BTreeMap::new();
@@ -316,30 +329,28 @@ impl Store {
             for entry in table.iter()? {
                 let (id, value) = entry?;
                 let (id, value) = (id.value(), value.value());
-                let cached = match decode::<R>(id, value) {
-                    Ok(record) => Cached::Decoded(Arc::new(record)),
-                    Err(_) => Cached::Undecodable(value.into()),
-                };
-                records.insert(id.to_string(), cached);
+                records.insert(id.to_string(), Cached::from_stored::<R>(id, value));
             }
         }
         let mut types = lock(&self.cache.types);
         let loaded = types
             .entry(TypeId::of::<R>())
             .or_insert(Loaded { kind: R::KIND, records });
-        f(loaded)
+        Ok(f(loaded))
     }
 
-    /// After a committed write of `id` (`None`: deleted): the type's cache follows; another
-    /// type read from the same table (tests do that) is dropped, to be loaded again.
-    fn cached_write<R: Record>(&self, id: &str, record: Option<&R>) {
+    /// After a committed write of `id` (`stored`: its bytes; `None`: deleted): the type's cache
+    /// follows with the record read back from those bytes (what a restart reads, not the
+    /// caller's value, which a JSON round trip may change); another type read from the same
+    /// table (tests do that) is dropped, to be loaded again.
+    fn cached_write<R: Record>(&self, id: &str, stored: Option<&[u8]>) {
         let mut types = lock(&self.cache.types);
         types.retain(|type_id, loaded| loaded.kind != R::KIND || *type_id == TypeId::of::<R>());
         if let Some(loaded) = types.get_mut(&TypeId::of::<R>()) {
-            match record {
-                Some(r) => loaded
+            match stored {
+                Some(bytes) => loaded
                     .records
-                    .insert(id.to_string(), Cached::Decoded(Arc::new(r.clone()))),
+                    .insert(id.to_string(), Cached::from_stored::<R>(id, bytes)),
                 None => loaded.records.remove(id),
             };
         }

@@ -169,11 +169,9 @@ garbage
         use nix::libc;
         use std::os::unix::ffi::OsStrExt;
         let in_table = |p: &Path| read().unwrap().iter().any(|m| m.mount_point == p);
-        assert_eq!(
-            statx_mount_root(Path::new("/proc")),
-            Some(true),
-            "this kernel's statx says"
-        );
+        if statx_mount_root(Path::new("/proc")).is_none() {
+            return; // a kernel before 5.8 (or a sandbox) whose statx does not say: the table decides
+        }
         let dir = std::env::temp_dir().join(format!("scute-sys-statx-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         assert!(!is_mountpoint(&dir) && !in_table(&dir));
