@@ -2,13 +2,16 @@
 # Every benchmark in one run: scute's figures, and containerd's (CRI plugin, runc) beside them
 # when `containerd` and `runc` are on PATH. Figures are printed, never asserted.
 #
-#   hack/bench.sh            daemon idle RSS and RPC latency, pull throughput and peak RSS,
-#                            pod cycle and container cycle latency, per-pod shim RSS, streaming,
-#                            then the 1000-cycle pod + container churn with its leak checks
+#   hack/bench.sh            daemon idle RSS and RPC latency, pull time and peak/settled RSS (200 MB,
+#                            gzip and zstd), pod cycle and container cycle latency, lists with 100
+#                            and 1000 objects, 110-pod density, per-pod shim RSS, streaming, then
+#                            the 1000-cycle pod + container churn with its leak checks
 #
-# Knobs (environment): SCUTE_BENCH_PODS, SCUTE_BENCH_CONTAINERS, SCUTE_BENCH_PULLS,
-# SCUTE_BENCH_CALLS, SCUTE_BENCH_STREAMING (see each bench's header), SCUTE_CHURN_CYCLES
-# (default 1000 here; the CI test runs fewer). Needs root, like the tests.
+# Knobs (environment): SCUTE_BENCH_PODS, SCUTE_BENCH_CONTAINERS, SCUTE_BENCH_STATS_CONTAINERS,
+# SCUTE_BENCH_DENSITY_PODS, SCUTE_BENCH_LIST_OBJECTS, SCUTE_BENCH_PULLS,
+# SCUTE_BENCH_PULL_COMPRESSIONS, SCUTE_BENCH_CALLS, SCUTE_BENCH_STREAMING (see each bench's
+# header), SCUTE_CHURN_CYCLES (default 1000 here; the CI test runs fewer). Needs root, like the
+# tests. A whole run takes about 25 minutes here, a third of it the 1000-object lists.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
