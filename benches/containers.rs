@@ -602,8 +602,8 @@ fn main() {
             mean_p99(f.list_pods.clone()),
         );
         println!(
-            "{:<11}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods: \
-             ListPodSandbox mean/p99 {} ms",
+            "{:<11}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods \
+             (and the running one holding those containers): ListPodSandbox mean/p99 {} ms",
             "",
             mean_p99(f.list_containers_at_scale.clone()),
             mean_p99(f.list_pods_at_scale.clone()),

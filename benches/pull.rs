@@ -597,7 +597,7 @@ fn main() {
     println!();
     println!(
         "{:<6} {:<11} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>13}",
-        "layers",
+        "format",
         "runtime",
         "first s",
         "best s",

@@ -11,7 +11,7 @@
 # SCUTE_BENCH_DENSITY_PODS, SCUTE_BENCH_LIST_OBJECTS, SCUTE_BENCH_PULLS,
 # SCUTE_BENCH_PULL_COMPRESSIONS, SCUTE_BENCH_CALLS, SCUTE_BENCH_STREAMING (see each bench's
 # header), SCUTE_CHURN_CYCLES (default 1000 here; the CI test runs fewer). Needs root, like the
-# tests. A whole run takes about 25 minutes here, a third of it the 1000-object lists.
+# tests. A whole run takes about 25 minutes here.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
