@@ -445,6 +445,16 @@ fn spec(image: &str) -> Option<ImageSpec> {
     })
 }
 
+/// `measure` on a client runtime of its own, dropped before the daemon is, so that connections
+/// close and the daemon's shutdown is prompt.
+fn measure_on(subject: &Subject, image: &str, repeats: usize) -> Figures {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(measure(subject, image, repeats))
+}
+
 async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
     let channel = scute::client::connect(&subject.socket).await.expect("connect");
     let mut client = ImageServiceClient::new(channel);
@@ -564,26 +574,14 @@ fn main() {
             "image: {image}: {layer_count} {compression} layers, {:.1} MB compressed; 1 cold pull + {repeats} × (RemoveImage, PullImage) per runtime, each on a fresh daemon",
             mb(compressed)
         );
-        // The client runtime is dropped before each daemon, so connections close and shutdown is
-        // prompt.
         {
             let subject = start_scute();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let figures = runtime.block_on(measure(&subject, &image, repeats));
-            drop(runtime);
+            let figures = measure_on(&subject, &image, repeats);
             results.push((compression.clone(), subject.name, compressed, figures));
         }
         if let Some(bin) = &containerd {
             let mut subject = start_containerd(bin, &registry.addr);
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let figures = runtime.block_on(measure(&subject, &image, repeats));
-            drop(runtime);
+            let figures = measure_on(&subject, &image, repeats);
             results.push((compression.clone(), subject.name, compressed, figures));
             subject.stop();
             let left = mounts_under(subject.dir.path());

@@ -192,10 +192,14 @@ garbage
             return;
         }
         let mounted = (is_mountpoint(&dir), in_table(&dir), is_mountpoint(&dir.join("sub")));
+        // statx itself answers (not the table behind it): the fast path is the one tested.
+        let by_statx = (statx_mount_root(&dir), statx_mount_root(&dir.join("sub")));
         // SAFETY: as above.
         assert_eq!(unsafe { libc::umount2(c_dir.as_ptr(), libc::MNT_DETACH) }, 0);
         assert_eq!(mounted, (true, true, false));
+        assert_eq!(by_statx, (Some(true), Some(false)));
         assert!(!is_mountpoint(&dir) && !in_table(&dir));
+        assert_eq!(statx_mount_root(&dir), Some(false));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
