@@ -4,9 +4,10 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::pod::{container, pod, pod_full, pod_with, BUSYBOX};
+use common::pod::{container, pod, pod_full, pod_with, Pod, BUSYBOX};
 use scute::api;
 use tonic::Code;
 
@@ -19,6 +20,21 @@ fn alive(pid: i64) -> bool {
 fn container_pid(status_info: &str) -> i64 {
     let v: serde_json::Value = serde_json::from_str(status_info).unwrap();
     v["pid"].as_i64().unwrap()
+}
+
+/// What a container holds on the node: the mounts under its directory and its cgroup's
+/// directories (one per hierarchy that has it).
+fn held_on_the_node(pod: &Pod, id: &str, cgroups_path: &str) -> (Vec<String>, Vec<PathBuf>) {
+    let rel = scute::cgroups::dir(cgroups_path);
+    let cgroups = common::kubelet::cgroup_hierarchies()
+        .into_iter()
+        .map(|h| h.join(rel.trim_start_matches('/')))
+        .filter(|d| d.exists())
+        .collect();
+    (
+        common::mounts_under(&pod.daemon.root.join("containers").join(id)),
+        cgroups,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,6 +80,12 @@ async fn lifecycle_logs_exec_and_stop() {
         .info;
     let pid = container_pid(&info["info"]);
     assert!(alive(pid));
+    let cgroups_path = serde_json::from_str::<serde_json::Value>(&info["info"]).unwrap()["cgroupsPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (mounts, cgroups) = held_on_the_node(&pod, &id, &cgroups_path);
+    assert!(!mounts.is_empty() && !cgroups.is_empty(), "{mounts:?} {cgroups:?}");
     pod.daemon
         .runtime()
         .await
@@ -79,6 +101,23 @@ async fn lifecycle_logs_exec_and_stop() {
     assert_eq!(status.reason, "Error");
     assert!(status.finished_at >= status.started_at);
     assert!(!alive(pid));
+    // Released at its exit, before StopContainer answered (containerd deletes the task at exit):
+    // no mount, no cgroup. Its status (above), log and writable layer stay until it is removed.
+    assert_eq!(held_on_the_node(&pod, &id, &cgroups_path), (vec![], vec![]));
+    assert!(pod.log("main").contains(" stdout F hello"));
+    let stats = pod
+        .daemon
+        .runtime()
+        .await
+        .container_stats(api::ContainerStatsRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert!(stats.writable_layer.is_some_and(|w| w.used_bytes.is_some()));
     let err = pod.exec(&id, &["true"], 1).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
 
@@ -114,6 +153,17 @@ async fn exit_codes_reasons_and_grace() {
     let bad = pod.run(container("bad", "exit 7")).await;
     let s = pod.wait_exited(&ok).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
+    // A container that exits by itself is released too, once its exit is stored.
+    let dir = pod.daemon.root.join("containers").join(&ok);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !common::mounts_under(&dir).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{:?}", common::mounts_under(&dir));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        dir.join("upper").is_dir(),
+        "the writable layer stays until RemoveContainer"
+    );
     let s = pod.wait_exited(&bad).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (7, "Error"));
 

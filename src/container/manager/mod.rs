@@ -27,6 +27,7 @@ use crate::store::{self, Kind, Store};
 mod bind_sources;
 mod exits;
 mod image_volumes;
+mod release;
 mod stop;
 mod update;
 mod validate;
@@ -623,23 +624,6 @@ impl ContainerManager {
         }
         tracing::info!(container = %id, "container removed");
         Ok(())
-    }
-
-    async fn cleanup(&self, record: &ContainerRecord) -> Result<(), ContainerError> {
-        if let Ok(shim) = self.shim(&record.sandbox_id).await {
-            match shim.delete_container(&record.id).await {
-                Ok(()) | Err(ShimError::NotFound(_)) => {}
-                Err(e) => return Err(shim_failed("deleting the container")(e)),
-            }
-        }
-        let dir = self.dir(&record.id);
-        crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the rootfs"))?;
-        image_volumes::unmount_image_volumes(&dir).map_err(failed("unmounting the image volumes"))?;
-        crate::snapshot::idmap::unmount_idmapped_views(&dir).map_err(failed("unmounting the idmapped views"))?;
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed("removing the container directory")(e)),
-            _ => Ok(()),
-        }
     }
 
     /// After a daemon restart: a container whose creation was cut short (its process was never

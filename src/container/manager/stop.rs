@@ -1,5 +1,6 @@
 //! StopContainer: the stop signal (the config's, else the image's STOPSIGNAL, else SIGTERM), then
-//! SIGKILL after the grace period.
+//! SIGKILL after the grace period; the exited container is released (see `release`) before the
+//! answer, as containerd's StopContainer waits for the task's delete.
 
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ impl ContainerManager {
         let _lock = self.id_locks.lock(&id).await;
         let record = self.refresh(self.get(&id)?).await?;
         if record.state != ContainerState::Running {
+            // Exited by itself: released at its exit, unless that has not happened (yet).
+            self.release_exited(&record).await;
             return Ok(());
         }
         let shim = self.shim(&record.sandbox_id).await?;
@@ -30,7 +33,8 @@ impl ContainerManager {
                 Err(e) => return Err(shim_failed("signalling the container")(e)),
             }
             if self.wait_exit(&shim, &id, timeout).await {
-                self.refresh(record).await?;
+                let record = self.refresh(record).await?;
+                self.release_exited(&record).await;
                 return Ok(());
             }
             tracing::info!(container = %id, ?timeout, "grace period over: killing");
@@ -40,7 +44,8 @@ impl ContainerManager {
             Err(e) => return Err(shim_failed("killing the container")(e)),
         }
         self.wait_exit(&shim, &id, Duration::from_secs(10)).await;
-        self.refresh(record).await?;
+        let record = self.refresh(record).await?;
+        self.release_exited(&record).await;
         Ok(())
     }
 
