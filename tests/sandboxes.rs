@@ -460,3 +460,60 @@ async fn interrupted_creations_are_removed_at_restart() {
     assert!(containers.is_empty(), "{containers:?}");
     assert!(!daemon.root.join("containers").join("b".repeat(64)).exists());
 }
+
+/// The network is attached while pause is made; when the network fails (here: its one address
+/// is taken), pause, its shim, the netns and every mount go again, and the name is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_network_fails_leaves_nothing() {
+    let daemon = Daemon::start("");
+    let mut net = TestNetwork::install(&daemon);
+    // A /30 whose gateway is .1: one pod address, .2.
+    net.prefix = format!("10.199.{}", std::process::id() % 250);
+    let conflist = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "scute-test",
+        "plugins": [{
+            "type": "bridge", "bridge": net.bridge, "isGateway": true, "ipMasq": false,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{}.0/30", net.prefix)}]],
+                     "dataDir": daemon.dir().join("cni-ipam")},
+        }],
+    });
+    std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
+    let first = run(&daemon, pod_config("first")).await.unwrap();
+    let shims = common::shims_of(daemon.dir());
+    let mounts = mounts_under(daemon.dir());
+    let pins = || std::fs::read_dir(daemon.state.join("netns")).unwrap().count();
+    assert_eq!((shims.len(), pins()), (1, 1));
+
+    let err = run(&daemon, pod_config("second")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    assert!(
+        err.message().contains("setting up the pod network"),
+        "{}",
+        err.message()
+    );
+    // Only the first pod is left: its shim, its mounts, its netns pin, its record and dirs.
+    assert_eq!(common::shims_of(daemon.dir()), shims);
+    assert_eq!(mounts_under(daemon.dir()), mounts);
+    assert_eq!(pins(), 1);
+    let pods = daemon
+        .runtime()
+        .await
+        .list_pod_sandbox(api::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(
+        pods.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+        vec![first.as_str()]
+    );
+    assert_eq!(std::fs::read_dir(daemon.root.join("sandboxes")).unwrap().count(), 1);
+
+    // With the address free again, the name is free too.
+    remove(&daemon, &first).await;
+    let second = run(&daemon, pod_config("second")).await.unwrap();
+    remove(&daemon, &second).await;
+    assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
+    assert!(common::shims_of(daemon.dir()).is_empty());
+}

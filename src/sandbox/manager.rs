@@ -297,18 +297,66 @@ impl SandboxManager {
             Err(e) => return Err(e.into()),
         };
 
-        // Network: pinned netns + CNI (loopback and the pod network). A pod with its own user
-        // namespace gets its network namespace from pause, so that comes after pause starts.
-        if let (Some(netns), None) = (&record.netns, &userns) {
-            // Creating a netns spawns and joins a short-lived thread: keep it off the async workers.
-            let path = netns.clone();
-            tokio::task::spawn_blocking(move || NetNs::create(&path))
-                .await
-                .map_err(|e| SandboxError::Failed(e.to_string()))?
-                .map_err(failed("creating the network namespace"))?;
-            self.attach_network(config, record).await?;
+        // Network: pinned netns + CNI (loopback and the pod network), attached while pause is
+        // made: neither needs the other (pause joins the pinned netns, the plugins configure it)
+        // and the plugins' execs were a third of RunPodSandbox. A pod with its own user
+        // namespace gets its network namespace from pause, so its network comes after pause.
+        let network_first = match (&record.netns, &userns) {
+            (Some(netns), None) => {
+                // Creating a netns spawns and joins a short-lived thread: keep it off the async
+                // workers.
+                let path = netns.clone();
+                tokio::task::spawn_blocking(move || NetNs::create(&path))
+                    .await
+                    .map_err(|e| SandboxError::Failed(e.to_string()))?
+                    .map_err(failed("creating the network namespace"))?;
+                Some(netns.clone())
+            }
+            _ => None,
+        };
+        let network = async {
+            match &network_first {
+                Some(netns) => Some(self.cni_attach(config, &id, netns).await),
+                None => None,
+            }
+        };
+        let (attached, pause) = tokio::join!(network, self.start_pause(config, record, &image, userns));
+        // What either made is on record before an error is answered: the rollback undoes both.
+        if let Ok((pid, _)) = &pause {
+            record.pause_pid = *pid;
+        }
+        if let Some(attached) = attached {
+            self.record_network(record, attached?)?;
+        }
+        let (_, hostname) = pause?;
+        if let (Some(netns), Some(_)) = (&record.netns, &userns) {
+            NetNs::pin_from_process(netns, record.pause_pid).map_err(failed("pinning the pod's network namespace"))?;
+            let netns = netns.clone();
+            let attached = self.cni_attach(config, &id, &netns).await?;
+            self.record_network(record, attached)?;
         }
 
+        // /etc/hosts names the pod's addresses, known once the network is up.
+        let ips: Vec<std::net::IpAddr> = record.ips.iter().filter_map(|ip| ip.parse().ok()).collect();
+        files::write_atomic(&dir.join("hosts"), &files::hosts_file(&hostname, &ips))
+            .map_err(failed("writing hosts"))?;
+        Ok(())
+    }
+
+    /// The pod's files (hostname, resolv.conf, /dev/shm) and its pause container: a read-only
+    /// view of the image, a spec, a shim to run it. Answers pause's pid and the pod's hostname.
+    async fn start_pause(
+        &self,
+        config: &api::PodSandboxConfig,
+        record: &SandboxRecord,
+        image: &crate::image::record::ImageRecord,
+        userns: Option<userns::PodUserNs>,
+    ) -> Result<(u32, String), SandboxError> {
+        let id = record.id.clone();
+        let dir = self.sandbox_dir(&id);
+        let linux = config.linux.clone().unwrap_or_default();
+        let security = linux.security_context.clone().unwrap_or_default();
+        let ns = security.namespace_options.clone().unwrap_or_default();
         // Files shared by the pod's containers.
         // Without a hostname (or on the host network) the pod gets the node's, as with containerd
         // (the pod name may be longer than a hostname can be).
@@ -405,41 +453,36 @@ impl SandboxManager {
         .map_err(shim_failed("starting the shim"))?;
         let shim = Arc::new(shim);
         self.shims.lock().await.insert(id.clone(), shim.clone());
-        record.pause_pid = shim
+        let pid = shim
             .create_container(PAUSE_ID, &bundle)
             .await
             .map_err(shim_failed("starting the pause container"))?;
-        if let (Some(netns), Some(_)) = (&record.netns, &userns) {
-            NetNs::pin_from_process(netns, record.pause_pid).map_err(failed("pinning the pod's network namespace"))?;
-            self.attach_network(config, record).await?;
-        }
-
-        // /etc/hosts names the pod's addresses, known once the network is up.
-        let ips: Vec<std::net::IpAddr> = record.ips.iter().filter_map(|ip| ip.parse().ok()).collect();
-        files::write_atomic(&dir.join("hosts"), &files::hosts_file(&hostname, &ips))
-            .map_err(failed("writing hosts"))?;
-        Ok(())
+        Ok((pid, hostname))
     }
 
-    /// CNI ADD on the pod's pinned network namespace; what it attached is on record before
-    /// anything else can fail.
-    async fn attach_network(
+    /// CNI ADD on the pod's pinned network namespace.
+    async fn cni_attach(
         &self,
         config: &api::PodSandboxConfig,
-        record: &mut SandboxRecord,
-    ) -> Result<(), SandboxError> {
-        let Some(netns) = record.netns.clone() else {
-            return Ok(());
-        };
+        id: &str,
+        netns: &Path,
+    ) -> Result<super::cni::AttachResult, SandboxError> {
         let metadata = config.metadata.clone().unwrap_or_default();
-        let request = attach_request(&record.id, &netns, &metadata, config);
-        let result = self
-            .cni
+        let request = attach_request(id, netns, &metadata, config);
+        self.cni
             .setup(&request)
             .await
-            .map_err(|e| SandboxError::Failed(format!("setting up the pod network: {e}")))?;
-        record.ips = result.ips.iter().map(|ip| ip.to_string()).collect();
-        record.cni_result = Some(result.raw);
+            .map_err(|e| SandboxError::Failed(format!("setting up the pod network: {e}")))
+    }
+
+    /// What CNI ADD attached, on record before anything else can fail.
+    fn record_network(
+        &self,
+        record: &mut SandboxRecord,
+        attached: super::cni::AttachResult,
+    ) -> Result<(), SandboxError> {
+        record.ips = attached.ips.iter().map(|ip| ip.to_string()).collect();
+        record.cni_result = Some(attached.raw);
         self.store.put(&*record)?;
         Ok(())
     }
@@ -620,35 +663,11 @@ impl SandboxManager {
     /// Undoes what create did. `remove` also deletes the shim, rootfs view and directories.
     async fn teardown(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
         let id = &record.id;
-        if let Some(shim) = self.shim(id).await {
-            // A pause the shim reaped already (RemovePodSandbox after its stop) is not killed
-            // again: the shim's kill of every process of the container took 4 ms of the
-            // removal here.
-            let stopped = matches!(shim.state(PAUSE_ID).await, Ok(s) if s.status == ShimStatus::Stopped);
-            if !stopped {
-                match shim.kill(PAUSE_ID, libc::SIGKILL, true).await {
-                    Ok(()) | Err(ShimError::NotFound(_)) => {}
-                    Err(e) => return Err(shim_failed("stopping the pause container")(e)),
-                }
-                self.wait_stopped(&shim).await;
-            }
-            if remove {
-                let _ = shim.delete_container(PAUSE_ID).await;
-                let _ = shim.shutdown().await;
-                self.shims.lock().await.remove(id);
-            }
-        }
-        if let Some(netns) = record.netns.as_ref().filter(|_| !record.network_released) {
-            let config = record.config();
-            let metadata = config.metadata.clone().unwrap_or_default();
-            let request = attach_request(id, netns, &metadata, &config);
-            self.cni
-                .teardown(&request)
-                .await
-                .map_err(|e| SandboxError::Failed(format!("tearing down the pod network: {e}")))?;
-            NetNs::remove(netns).map_err(failed("removing the network namespace"))?;
-            tracing::info!(sandbox = %id, "pod network detached (CNI DEL, netns removed)");
-        }
+        // Pause and the network go side by side: the netns is pinned, so the plugins' DEL does
+        // not need pause, and it was most of StopPodSandbox.
+        let (pause, network) = tokio::join!(self.stop_pause(id, remove), self.detach_network(record));
+        pause?;
+        network?;
         let dir = self.sandbox_dir(id);
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
         if remove {
@@ -661,6 +680,47 @@ impl SandboxManager {
             remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
             remove_dir_if_exists(&self.shim_dir(id)).map_err(failed("removing the shim directory"))?;
         }
+        Ok(())
+    }
+
+    /// Kills pause (unless the shim reaped it already) and, with `remove`, deletes it and stops
+    /// the shim.
+    async fn stop_pause(&self, id: &str, remove: bool) -> Result<(), SandboxError> {
+        let Some(shim) = self.shim(id).await else {
+            return Ok(());
+        };
+        // A pause the shim reaped already (RemovePodSandbox after its stop) is not killed again:
+        // the shim's kill of every process of the container took 4 ms of the removal here.
+        let stopped = matches!(shim.state(PAUSE_ID).await, Ok(s) if s.status == ShimStatus::Stopped);
+        if !stopped {
+            match shim.kill(PAUSE_ID, libc::SIGKILL, true).await {
+                Ok(()) | Err(ShimError::NotFound(_)) => {}
+                Err(e) => return Err(shim_failed("stopping the pause container")(e)),
+            }
+            self.wait_stopped(&shim).await;
+        }
+        if remove {
+            let _ = shim.delete_container(PAUSE_ID).await;
+            let _ = shim.shutdown().await;
+            self.shims.lock().await.remove(id);
+        }
+        Ok(())
+    }
+
+    /// CNI DEL and the pinned netns's removal, unless the network was released already.
+    async fn detach_network(&self, record: &SandboxRecord) -> Result<(), SandboxError> {
+        let Some(netns) = record.netns.as_ref().filter(|_| !record.network_released) else {
+            return Ok(());
+        };
+        let config = record.config();
+        let metadata = config.metadata.clone().unwrap_or_default();
+        let request = attach_request(&record.id, netns, &metadata, &config);
+        self.cni
+            .teardown(&request)
+            .await
+            .map_err(|e| SandboxError::Failed(format!("tearing down the pod network: {e}")))?;
+        NetNs::remove(netns).map_err(failed("removing the network namespace"))?;
+        tracing::info!(sandbox = %record.id, "pod network detached (CNI DEL, netns removed)");
         Ok(())
     }
 
