@@ -104,7 +104,7 @@ async fn pod_user_namespace_maps_root_to_an_unprivileged_host_id() {
         "cat /proc/self/uid_map; echo owner=$(stat -c %u /bin/busybox); \
          touch /root/mine && echo mine=$(stat -c %u /root/mine); grep CapEff /proc/self/status; \
          echo volume=$(stat -c %u /vol/from-host); touch /vol/from-pod && echo wrote-volume; \
-         echo ready; sleep 3600",
+         echo loflags=$(cat /sys/class/net/lo/flags); echo ready; sleep 3600",
     );
     config.mounts = vec![api::Mount {
         container_path: "/vol".into(),
@@ -118,6 +118,8 @@ async fn pod_user_namespace_maps_root_to_an_unprivileged_host_id() {
     let id = pod.run(config).await;
     let log = pod.wait_log("main", "ready").await;
     assert_eq!(uid_map_line(&log), vec![0, HOST_ID as u64, LENGTH as u64], "{log}");
+    // The daemon brought lo up in the namespace pause made (IFF_UP | IFF_LOOPBACK).
+    assert!(log.contains("loflags=0x9"), "{log}");
     // Layers are owned by the host's root; through the idmapped view they are the pod's root's.
     assert!(log.contains("owner=0"), "{log}");
     // And the pod's root can write where root can.

@@ -297,7 +297,7 @@ impl SandboxManager {
             Err(e) => return Err(e.into()),
         };
 
-        // Network: pinned netns + CNI (loopback and the pod network), attached while pause is
+        // Network: pinned netns (lo up) + CNI (the pod network), attached while pause is
         // made: neither needs the other (pause joins the pinned netns, the plugins configure it)
         // and the plugins' execs were a third of RunPodSandbox. A pod with its own user
         // namespace gets its network namespace from pause, so its network comes after pause.

@@ -14,7 +14,8 @@
 //!
 //! The namespace is made in a short-lived dedicated thread: `unshare(CLONE_NEWNET)` changes the
 //! calling *thread's* namespace, so doing it on a tokio worker would leave that worker (and every
-//! task it runs later) inside the pod's network. The thread exits right after the bind mount.
+//! task it runs later) inside the pod's network. The thread brings `lo` up and exits right after
+//! the bind mount.
 //! The pin lives in the daemon's mount namespace.
 
 use std::io;
@@ -65,6 +66,7 @@ impl NetNs {
                 if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
                     return Err(io::Error::last_os_error());
                 }
+                loopback_up()?;
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
                 let source = PathBuf::from(format!("/proc/self/task/{tid}/ns/net"));
@@ -113,9 +115,17 @@ impl NetNs {
                 ),
             ));
         }
-        Ok(NetNs {
+        let pinned = NetNs {
             path: path.to_path_buf(),
-        })
+        };
+        if let Err(e) = pinned.in_namespace("scute-netns-lo", loopback_up) {
+            let _ = NetNs::remove(path);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("bringing lo up in the network namespace of process {pid}: {e}"),
+            ));
+        }
+        Ok(pinned)
     }
 
     /// Opens a namespace pinned earlier (e.g. by a previous daemon run). Fails with `NotFound`
@@ -163,12 +173,21 @@ impl NetNs {
     /// joined the namespace (never a pooled worker) and then used from anywhere. No socat, no
     /// nsenter.
     pub fn connect_loopback(&self, port: u16) -> io::Result<std::net::TcpStream> {
+        self.in_namespace("scute-netns-connect", move || connect_loopback(port))
+    }
+
+    /// Runs `f` in a short-lived thread that joined the namespace (never a pooled worker).
+    fn in_namespace<T: Send + 'static>(
+        &self,
+        thread: &str,
+        f: impl FnOnce() -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
         let ns = std::fs::File::open(&self.path)?;
         std::thread::Builder::new()
-            .name("scute-netns-connect".into())
+            .name(thread.into())
             .spawn(move || {
                 nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-                connect_loopback(port)
+                f()
             })?
             .join()
             .map_err(|_| io::Error::other("the netns thread panicked"))?
@@ -197,6 +216,36 @@ impl NetNs {
             other => other,
         }
     }
+}
+
+/// Brings `lo` up in the calling thread's network namespace (a new one has it down); the
+/// kernel gives it 127.0.0.1 and ::1. What the CNI `loopback` plugin does on ADD, without its
+/// exec. SIOCSIFFLAGS by hand: nix has no wrapper for the interface ioctls.
+fn loopback_up() -> io::Result<()> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket takes no pointers; the fd is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nothing else owns.
+    let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS and SIOCSIFFLAGS read and write an ifreq, which outlives the calls.
+    unsafe {
+        if libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Connects to `port` on the loopback of the calling thread's network namespace.
@@ -275,6 +324,19 @@ mod tests {
         assert_ne!(inode, net_inode_of_self(), "the new namespace is not ours");
         // This thread (a test thread) was not moved into it.
         assert_ne!(std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino(), inode);
+        // Its lo is up, with 127.0.0.1, as ip(8) sees it; and a listener there is reachable.
+        let ip = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", path.display()))
+            .args(["ip", "-o", "addr", "show", "dev", "lo", "up"])
+            .output()
+            .unwrap();
+        let ip = String::from_utf8_lossy(&ip.stdout);
+        assert!(ip.contains("inet 127.0.0.1/8"), "{ip}");
+        let listener = ns
+            .in_namespace("test-listen", || std::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        ns.connect_loopback(port).unwrap();
 
         // Reopened (as after a restart): the same namespace.
         let again = NetNs::open(&path).unwrap();

@@ -24,12 +24,6 @@ pub const DEFAULT_SUBNET: &str = "10.88.0.0/16";
 /// Per-plugin-call timeout unless [`CniManager::with_timeout`] says otherwise.
 pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The loopback network run before the pod network (containerd's go-cni `WithLoNetwork`).
-pub(super) const LOOPBACK_NETWORK: &str = "cni-loopback";
-pub(super) const LOOPBACK_PLUGIN: &str = "loopback";
-pub(super) const LOOPBACK_IFNAME: &str = "lo";
-pub(super) const LOOPBACK_VERSION: &str = "0.3.1";
-
 /// Spec versions this implementation speaks (used to pick from a 1.1 `cniVersions` list).
 pub(super) const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
@@ -61,7 +55,7 @@ pub enum NotReady {
 }
 
 /// Finds the pod network of `config.conf_dir` and checks its plugins exist. This looks at the
-/// conf dir only; [`CniManager::network`] adds the embedded default and the loopback plugin.
+/// conf dir only; [`CniManager::network`] adds the embedded default.
 pub fn probe(config: &CniConfig) -> Result<Network, NotReady> {
     let file = first_conf_file(&config.conf_dir)?;
     let list = read_conf_list(&file)?;

@@ -198,7 +198,7 @@ fn cni_args_and_capability_args() {
 
 #[tokio::test]
 async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_result() {
-    let fake = Fake::new(Some(three_plugins()), &["loopback", "a", "b", "c", "ipam"]);
+    let fake = Fake::new(Some(three_plugins()), &["a", "b", "c", "ipam"]);
     let netns = fake.netns();
     let mgr = fake.manager();
     let req = request(&netns);
@@ -213,7 +213,7 @@ async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_resul
     assert_eq!(cached, [("sandbox1".to_string(), "eth0".to_string())]);
     assert_eq!(
         result.ips,
-        vec!["10.9.0.4".parse::<IpAddr>().unwrap()],
+        vec!["10.9.0.3".parse::<IpAddr>().unwrap()],
         "{:?}",
         result.raw
     );
@@ -221,19 +221,15 @@ async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_resul
     let calls = fake.calls();
     assert_eq!(
         calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
-        ["ADD-loopback", "ADD-a", "ADD-b", "ADD-c"]
+        ["ADD-a", "ADD-b", "ADD-c"],
+        "no loopback plugin: the daemon brings lo up when it makes the netns"
     );
-    // loopback: its own network, on lo, no prevResult.
-    let (_, lo, lo_env) = &calls[0];
-    assert_eq!(lo["name"], LOOPBACK_NETWORK);
-    assert!(lo.get("prevResult").is_none());
-    assert_eq!(lo_env[2], "lo");
     // Each plugin gets the previous one's result.
-    assert!(calls[1].1.get("prevResult").is_none());
-    assert_eq!(calls[2].1["prevResult"]["interfaces"][0]["name"], "a");
-    assert_eq!(calls[3].1["prevResult"]["interfaces"][0]["name"], "b");
+    assert!(calls[0].1.get("prevResult").is_none());
+    assert_eq!(calls[1].1["prevResult"]["interfaces"][0]["name"], "a");
+    assert_eq!(calls[2].1["prevResult"]["interfaces"][0]["name"], "b");
     // Environment.
-    let env = &calls[1].2;
+    let env = &calls[0].2;
     assert_eq!(env[0], "sandbox1");
     assert_eq!(env[1], netns.display().to_string());
     assert_eq!(env[2], "eth0");
@@ -268,9 +264,9 @@ async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_resul
     let calls = fake.calls();
     assert_eq!(
         calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
-        ["DEL-c", "DEL-b", "DEL-a", "DEL-loopback"]
+        ["DEL-c", "DEL-b", "DEL-a"]
     );
-    assert!(calls[..3]
+    assert!(calls
         .iter()
         .all(|c| c.1["prevResult"] == result.raw && c.1["name"] == "testnet"));
     assert_eq!(calls[0].1["runtimeConfig"]["portMappings"][0]["hostPort"], 8080);
@@ -284,10 +280,7 @@ async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_resul
     fake.clear_log();
     mgr.teardown(&req).await.unwrap();
     let calls = fake.calls();
-    assert_eq!(
-        calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
-        ["DEL-a", "DEL-loopback"]
-    );
+    assert_eq!(calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["DEL-a"]);
     assert!(calls[0].1.get("prevResult").is_none());
     assert_eq!(calls[0].1["name"], "other");
     assert_eq!(calls[0].2[1], "");
@@ -295,7 +288,7 @@ async fn setup_chains_results_and_teardown_runs_in_reverse_with_the_cached_resul
 
 #[tokio::test]
 async fn a_failing_add_is_reported_and_rolled_back() {
-    let fake = Fake::new(Some(three_plugins()), &["loopback", "a", "b", "c", "ipam"]);
+    let fake = Fake::new(Some(three_plugins()), &["a", "b", "c", "ipam"]);
     fake.touch(
         "b.ADD.fail",
         r#"{"cniVersion":"1.0.0","code":11,"msg":"try again later","details":"busy"}"#,
@@ -324,10 +317,10 @@ async fn a_failing_add_is_reported_and_rolled_back() {
     let calls = fake.calls();
     assert_eq!(
         calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
-        ["ADD-loopback", "ADD-a", "ADD-b", "DEL-b", "DEL-a", "DEL-loopback"]
+        ["ADD-a", "ADD-b", "DEL-b", "DEL-a"]
     );
     // The rollback DEL gets the last good result.
-    assert_eq!(calls[3].1["prevResult"]["interfaces"][0]["name"], "a");
+    assert_eq!(calls[2].1["prevResult"]["interfaces"][0]["name"], "a");
     assert!(!fake
         .dir
         .path()
@@ -337,19 +330,19 @@ async fn a_failing_add_is_reported_and_rolled_back() {
 
     // Unstructured failure: stderr/stdout text.
     fs::remove_file(fake.dir.path().join("b.ADD.fail")).unwrap();
-    fake.touch("loopback.ADD.fail", "plain words");
+    fake.touch("a.ADD.fail", "plain words");
     fake.clear_log();
     let err = mgr.setup(&request(&netns)).await.unwrap_err();
     assert!(
-        matches!(&err, CniError::Failed { plugin, message, .. } if plugin == "loopback" && message.contains("plain words")),
+        matches!(&err, CniError::Failed { plugin, message, .. } if plugin == "a" && message.contains("plain words")),
         "{err:?}"
     );
-    assert_eq!(fake.labels(), ["ADD-loopback", "DEL-loopback"]);
+    assert_eq!(fake.labels(), ["ADD-a", "DEL-a"]);
 }
 
 #[tokio::test]
 async fn a_hanging_plugin_times_out() {
-    let fake = Fake::new(Some(three_plugins()), &["loopback", "a", "b", "c", "ipam"]);
+    let fake = Fake::new(Some(three_plugins()), &["a", "b", "c", "ipam"]);
     fake.touch("a.ADD.sleep", "");
     let netns = fake.netns();
     let mgr = fake.manager().with_timeout(Duration::from_millis(300));
@@ -366,7 +359,7 @@ async fn a_hanging_plugin_times_out() {
 async fn check_and_status_follow_the_list_version() {
     let mut list = three_plugins();
     list["cniVersion"] = json!("0.3.1");
-    let fake = Fake::new(Some(list.clone()), &["loopback", "a", "b", "c", "ipam"]);
+    let fake = Fake::new(Some(list.clone()), &["a", "b", "c", "ipam"]);
     let netns = fake.netns();
     let mgr = fake.manager();
     let req = request(&netns);
@@ -400,13 +393,7 @@ async fn check_and_status_follow_the_list_version() {
 fn network_falls_back_to_the_embedded_default_only_without_config() {
     let fake = Fake::new(None, &["bridge", "portmap", "firewall", "host-local"]);
     let mgr = fake.manager();
-    // No loopback plugin: not ready.
-    let err = mgr.network().unwrap_err();
-    assert!(
-        matches!(&err, NotReady::PluginMissing { plugin, .. } if plugin == "loopback"),
-        "{err}"
-    );
-    fake.plugin("loopback", 9);
+    // No loopback plugin, and none needed.
     let net = mgr.network().unwrap();
     assert_eq!(net.conf_file, Path::new(EMBEDDED_CONF_FILE));
     assert_eq!(net.name, DEFAULT_NETWORK_NAME);
@@ -437,7 +424,7 @@ fn network_falls_back_to_the_embedded_default_only_without_config() {
 
 #[tokio::test]
 async fn single_plugin_conf_files_are_one_plugin_lists() {
-    let fake = Fake::new(None, &["loopback", "a", "ipam"]);
+    let fake = Fake::new(None, &["a", "ipam"]);
     fs::write(
         fake.config.conf_dir.join("10-a.conf"),
         r#"{"cniVersion":"0.4.0","name":"single","type":"a","ipam":{"type":"ipam"}}"#,
@@ -447,17 +434,17 @@ async fn single_plugin_conf_files_are_one_plugin_lists() {
     let mgr = fake.manager();
     let req = AttachRequest::new("s2", &netns);
     let result = mgr.setup(&req).await.unwrap();
-    assert_eq!(result.ips, vec!["10.9.0.2".parse::<IpAddr>().unwrap()]);
+    assert_eq!(result.ips, vec!["10.9.0.1".parse::<IpAddr>().unwrap()]);
     let calls = fake.calls();
-    assert_eq!(calls[1].0, "ADD-a");
-    assert_eq!(calls[1].1["name"], "single");
-    assert_eq!(calls[1].1["cniVersion"], "0.4.0");
-    assert_eq!(calls[1].1["ipam"]["type"], "ipam");
+    assert_eq!(calls[0].0, "ADD-a");
+    assert_eq!(calls[0].1["name"], "single");
+    assert_eq!(calls[0].1["cniVersion"], "0.4.0");
+    assert_eq!(calls[0].1["ipam"]["type"], "ipam");
 }
 
 #[tokio::test]
 async fn bad_requests_are_refused_before_any_plugin_runs() {
-    let fake = Fake::new(Some(three_plugins()), &["loopback", "a", "b", "c", "ipam"]);
+    let fake = Fake::new(Some(three_plugins()), &["a", "b", "c", "ipam"]);
     let netns = fake.netns();
     let mgr = fake.manager();
     for (id, ifname) in [

@@ -24,8 +24,11 @@
 //! - a plugin failing prints `{"code", "msg", "details"}` on stdout: that becomes
 //!   [`CniError::Plugin`] naming the plugin; every call has a timeout (60 s by default).
 //!
-//! Like containerd, the pod network is preceded by the `loopback` plugin on `lo` (its own
-//! one-plugin network `cni-loopback`), which brings `lo` up in the pod.
+//! `lo` is not a plugin's job here: the daemon brings it up when it makes the pod's netns
+//! ([`super::netns::NetNs::create`]), as CRI-O's ocicni does, where containerd runs the
+//! `loopback` plugin before the pod network. That is one plugin exec fewer on every ADD and
+//! DEL. Pods attached by an earlier scute (with the plugin) need no loopback DEL: `lo` goes
+//! with their netns.
 //!
 //! No maintained Rust crate executes CNI plugins well (the few that exist are stale or pull in a
 //! large dependency tree for a few hundred lines of protocol), so this is written here, small and
@@ -37,10 +40,7 @@ pub use conf::{
     default_conflist, probe, Network, NotReady, ProbeCache, DEFAULT_BRIDGE, DEFAULT_NETWORK_NAME,
     DEFAULT_PLUGIN_TIMEOUT, DEFAULT_SUBNET, EMBEDDED_CONF_FILE, REASON_NOT_READY,
 };
-use conf::{
-    find_plugin, join_dirs, read_conf_list, resolve, version_at_least, LOOPBACK_IFNAME, LOOPBACK_NETWORK,
-    LOOPBACK_PLUGIN, LOOPBACK_VERSION,
-};
+use conf::{join_dirs, read_conf_list, resolve, version_at_least};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -309,24 +309,16 @@ impl CniManager {
     }
 
     /// The network pods get: the conf dir's first config, else (no config at all) the embedded
-    /// default. Ready only when every plugin it needs exists, `loopback` included. Cheap enough
-    /// for every Status call (a few `stat`s while nothing changes).
+    /// default. Ready only when every plugin it needs exists. Cheap enough for every Status call
+    /// (a few `stat`s while nothing changes).
     pub fn network(&self) -> Result<Network, NotReady> {
-        let network = match self.probe.probe(&self.config) {
-            Ok(network) => network,
+        match self.probe.probe(&self.config) {
+            Ok(network) => Ok(network),
             Err(NotReady::NoConfig(_)) => {
-                resolve(Path::new(EMBEDDED_CONF_FILE), &self.default_list, &self.config.bin_dirs)?
+                resolve(Path::new(EMBEDDED_CONF_FILE), &self.default_list, &self.config.bin_dirs)
             }
-            Err(e) => return Err(e),
-        };
-        if find_plugin(&self.config.bin_dirs, LOOPBACK_PLUGIN).is_none() {
-            return Err(NotReady::PluginMissing {
-                file: network.conf_file.clone(),
-                plugin: LOOPBACK_PLUGIN.into(),
-                dirs: join_dirs(&self.config.bin_dirs, ", "),
-            });
+            Err(e) => Err(e),
         }
-        Ok(network)
     }
 
     /// The network in use, read afresh, ready to run.
@@ -342,22 +334,6 @@ impl CniManager {
         Ok(Chain {
             list,
             binaries: network.plugins.into_iter().map(|(_, p)| p).collect(),
-        })
-    }
-
-    fn loopback(&self) -> Result<Chain, NotReady> {
-        let binary = find_plugin(&self.config.bin_dirs, LOOPBACK_PLUGIN).ok_or_else(|| NotReady::PluginMissing {
-            file: PathBuf::from(LOOPBACK_NETWORK),
-            plugin: LOOPBACK_PLUGIN.into(),
-            dirs: join_dirs(&self.config.bin_dirs, ", "),
-        })?;
-        Ok(Chain {
-            list: json!({
-                "cniVersion": LOOPBACK_VERSION,
-                "name": LOOPBACK_NETWORK,
-                "plugins": [{ "type": LOOPBACK_PLUGIN }],
-            }),
-            binaries: vec![binary],
         })
     }
 
@@ -464,26 +440,16 @@ impl CniManager {
         }
     }
 
-    /// Attaches the pod: loopback ADD on `lo`, then the pod network's chain ADD on `req.ifname`.
-    /// On failure, what was added is deleted again (DEL of the plugins that ran, in reverse
-    /// order, then loopback) and the first error is returned.
+    /// Attaches the pod: the pod network's chain ADD on `req.ifname`. On failure, what was
+    /// added is deleted again (DEL of the plugins that ran, in reverse order) and the first
+    /// error is returned.
     pub async fn setup(&self, req: &AttachRequest<'_>) -> Result<AttachResult, CniError> {
         validate(req)?;
         let chain = self.chain()?;
-        let loopback = self.loopback()?;
-        let lo_req = AttachRequest {
-            ifname: LOOPBACK_IFNAME,
-            ..req.clone()
-        };
-        if let Err(e) = self.add(&loopback, &lo_req).await {
-            self.rollback(&loopback, &lo_req, e.ran, e.prev.as_ref()).await;
-            return Err(e.error);
-        }
         let result = match self.add(&chain, req).await {
             Ok(result) => result,
             Err(e) => {
                 self.rollback(&chain, req, e.ran, e.prev.as_ref()).await;
-                self.rollback(&loopback, &lo_req, 1, None).await;
                 return Err(e.error);
             }
         };
@@ -498,7 +464,7 @@ impl CniManager {
     }
 
     /// Detaches the pod: the chain's DEL in reverse order with the cached result as prevResult
-    /// (using the network list the attachment was made with, when cached), then loopback DEL.
+    /// (using the network list the attachment was made with, when cached).
     /// Idempotent. A netns that no longer exists is passed as an empty `CNI_NETNS`.
     pub async fn teardown(&self, req: &AttachRequest<'_>) -> Result<(), CniError> {
         validate(req)?;
@@ -521,14 +487,6 @@ impl CniManager {
         };
         let all = chain.plugins().len();
         self.del(&chain, req, all, prev.as_ref()).await?;
-        let lo_req = AttachRequest {
-            ifname: LOOPBACK_IFNAME,
-            ..req.clone()
-        };
-        match self.loopback() {
-            Ok(loopback) => self.del(&loopback, &lo_req, 1, None).await?,
-            Err(e) => tracing::warn!(error = %e, "loopback DEL skipped"),
-        }
         self.remove_cache(chain.name(), req)
     }
 
