@@ -81,13 +81,13 @@ pub async fn serve(config: Config) -> Result<()> {
     ));
     sandboxes.recover().await.context("recovering pod sandboxes")?;
 
-    let containers = Arc::new(ContainerManager::new(
+    let containers = ContainerManager::new(
         config.clone(),
         store.clone(),
         images.clone(),
         sandboxes.clone(),
         events.clone(),
-    ));
+    );
     containers.recover().await.context("recovering containers")?;
     for sandbox in sandboxes.list().context("listing pod sandboxes")? {
         containers.watch_shim(sandbox.id);

@@ -95,15 +95,15 @@ async fn lifecycle_logs_exec_and_stop() {
         })
         .await
         .unwrap();
+    // Released at its exit, before StopContainer answered (containerd deletes the task at exit):
+    // no mount, no cgroup. Its status, log and writable layer stay until it is removed.
+    assert_eq!(held_on_the_node(&pod, &id, &cgroups_path), (vec![], vec![]));
     let status = pod.status(&id).await;
     assert_eq!(status.state(), api::ContainerState::ContainerExited);
     assert_eq!(status.exit_code, 128 + 15);
     assert_eq!(status.reason, "Error");
     assert!(status.finished_at >= status.started_at);
     assert!(!alive(pid));
-    // Released at its exit, before StopContainer answered (containerd deletes the task at exit):
-    // no mount, no cgroup. Its status (above), log and writable layer stay until it is removed.
-    assert_eq!(held_on_the_node(&pod, &id, &cgroups_path), (vec![], vec![]));
     assert!(pod.log("main").contains(" stdout F hello"));
     let stats = pod
         .daemon
@@ -155,9 +155,27 @@ async fn exit_codes_reasons_and_grace() {
     assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
     // A container that exits by itself is released too, once its exit is stored.
     let dir = pod.daemon.root.join("containers").join(&ok);
+    let info = pod
+        .daemon
+        .runtime()
+        .await
+        .container_status(api::ContainerStatusRequest {
+            container_id: ok.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .info;
+    let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
+    let cgroups_path = info["cgroupsPath"].as_str().unwrap().to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !common::mounts_under(&dir).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "{:?}", common::mounts_under(&dir));
+    loop {
+        let held = held_on_the_node(&pod, &ok, &cgroups_path);
+        if held == (vec![], vec![]) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{held:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
@@ -272,9 +290,15 @@ async fn containers_survive_daemon_restarts() {
     );
     pod.daemon.start_again();
     assert_eq!(pod.status(&ticker).await.state(), api::ContainerState::ContainerRunning);
-    // Exited while nobody watched: its exit code is not lost.
+    // Exited while nobody watched: its exit code is not lost, and it is released all the same.
     let s = pod.wait_exited(&quitter).await;
     assert_eq!(s.exit_code, 5);
+    let dir = pod.daemon.root.join("containers").join(&quitter);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !common::mounts_under(&dir).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{:?}", common::mounts_under(&dir));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     pod.remove_all().await;
 }
 

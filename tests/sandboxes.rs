@@ -517,3 +517,39 @@ async fn a_pod_whose_network_fails_leaves_nothing() {
     assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
     assert!(common::shims_of(daemon.dir()).is_empty());
 }
+
+/// A sysctl of the pod's interface: pause sets it, so the interface must be there first, even
+/// when the network is slow to come (a bridge plugin that takes a second here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sysctl_of_the_pod_interface_applies() {
+    use std::os::unix::fs::PermissionsExt;
+    let daemon = Daemon::start("");
+    let net = TestNetwork::install(&daemon);
+    let bins = daemon.dir().join("cni-bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    let slow = bins.join("slow-bridge");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 1\nexec /usr/lib/cni/bridge \"$@\"\n").unwrap();
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conflist = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "scute-test",
+        "plugins": [{
+            "type": "slow-bridge", "bridge": net.bridge, "isGateway": true, "ipMasq": false,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{}.0/24", net.prefix)}]],
+                     "dataDir": daemon.dir().join("cni-ipam")},
+        }],
+    });
+    std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
+    let mut config = pod_config("ifsysctl");
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .sysctls
+        .insert("net.ipv4.conf.eth0.rp_filter".into(), "2".into());
+    let id = run(&daemon, config).await.unwrap();
+    let netns = daemon.state.join("netns").join(&id);
+    let (ok, out) = in_netns(&netns, &["cat", "/proc/sys/net/ipv4/conf/eth0/rp_filter"]);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "2");
+    remove(&daemon, &id).await;
+}

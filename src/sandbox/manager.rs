@@ -320,7 +320,16 @@ impl SandboxManager {
                 None => None,
             }
         };
-        let (attached, pause) = tokio::join!(network, self.start_pause(config, record, &image, userns));
+        // Pause applies the pod's sysctls when it is made; a net.* one may name the pod's
+        // interface (net.ipv4.conf.eth0.*) or undo what a plugin sets up (disable_ipv6), so
+        // such a pod gets its network first, as containerd does every pod.
+        let net_sysctls = linux.sysctls.keys().any(|k| k.starts_with("net."));
+        let (attached, pause) = if net_sysctls {
+            let attached = network.await;
+            (attached, self.start_pause(config, record, &image, userns).await)
+        } else {
+            tokio::join!(network, self.start_pause(config, record, &image, userns))
+        };
         // What either made is on record before an error is answered: the rollback undoes both.
         if let Ok((pid, _)) = &pause {
             record.pause_pid = *pid;
@@ -666,6 +675,9 @@ impl SandboxManager {
         // Pause and the network go side by side: the netns is pinned, so the plugins' DEL does
         // not need pause, and it was most of StopPodSandbox.
         let (pause, network) = tokio::join!(self.stop_pause(id, remove), self.detach_network(record));
+        if let (Err(_), Err(e)) = (&pause, &network) {
+            tracing::warn!(sandbox = %id, error = %e, "detaching the pod network also failed");
+        }
         pause?;
         network?;
         let dir = self.sandbox_dir(id);

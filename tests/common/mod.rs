@@ -93,9 +93,11 @@ impl Daemon {
         let cni_conf_dir = dir.path().join("net.d");
         std::fs::create_dir_all(&cni_conf_dir).unwrap();
         let config_path = dir.path().join("config.toml");
+        // `<dir>/cni-bin` first: a test may add a plugin of its own there.
         let config = format!(
-            "root = {root:?}\nstate = {state:?}\n[grpc]\naddress = {socket:?}\n[cni]\nconf_dir = {cni_conf_dir:?}\n[registry]\nconfig_path = {certs:?}\n{extra_toml}",
+            "root = {root:?}\nstate = {state:?}\n[grpc]\naddress = {socket:?}\n[cni]\nconf_dir = {cni_conf_dir:?}\nbin_dirs = [{bins:?}, \"/opt/cni/bin\", \"/usr/lib/cni\"]\n[registry]\nconfig_path = {certs:?}\n{extra_toml}",
             certs = dir.path().join("certs.d"),
+            bins = dir.path().join("cni-bin"),
         );
         std::fs::write(&config_path, config).unwrap();
         Daemon {

@@ -75,14 +75,8 @@ impl ContainerManager {
                         r.exited(exit.exit_code, exit.finished_at_ns, exit.oom_killed)
                     });
                     match stored.await {
-                        // Released beside the loop: the next exits are not held up by the
-                        // container's lock (a StopContainer holds it until it released it).
-                        Ok(_) => {
-                            let this = this.clone();
-                            tokio::spawn(async move { this.release_if_exited(&exit.container_id).await });
-                        }
                         // Removed meanwhile: its exit needs no record.
-                        Err(ContainerError::NotFound(_)) => {}
+                        Ok(_) | Err(ContainerError::NotFound(_)) => {}
                         Err(e) => {
                             // The record stays Running: lists ask the shim again from now on.
                             tracing::warn!(container = %exit.container_id, error = %e, "recording an exit");
@@ -132,6 +126,8 @@ impl ContainerManager {
         tracing::info!(container = %id, exit_code = record.exit_code, "container exited");
         self.emit(id, &record.sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
             .await;
+        // Whoever noticed the exit (the shim's push, a poll, a status, a stop).
+        self.release_later(id);
         Ok(record)
     }
 }

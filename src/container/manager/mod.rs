@@ -130,6 +130,8 @@ pub struct ContainerManager {
     transitions: tokio::sync::Mutex<()>,
     /// Containers made but not yet handed to a caller (see `create`).
     unclaimed: Arc<Unclaimed>,
+    /// This manager, for the releases an exit starts in the background (see `release`).
+    me: std::sync::Weak<ContainerManager>,
 }
 
 impl ContainerManager {
@@ -139,8 +141,9 @@ impl ContainerManager {
         images: Arc<ImageManager>,
         sandboxes: Arc<SandboxManager>,
         events: Arc<Events>,
-    ) -> ContainerManager {
-        ContainerManager {
+    ) -> Arc<ContainerManager> {
+        Arc::new_cyclic(|me| ContainerManager {
+            me: me.clone(),
             cdi: CdiRegistry::new(&config.cdi),
             config,
             store,
@@ -152,7 +155,7 @@ impl ContainerManager {
             host: HostFacts::gather(),
             transitions: tokio::sync::Mutex::new(()),
             unclaimed: Default::default(),
-        }
+        })
     }
 
     /// Sends an event about a container with its pod's status and its containers' statuses as
@@ -536,6 +539,8 @@ impl ContainerManager {
             self.store.put(&record)?;
             self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
                 .await;
+            drop(order);
+            self.release_exited(&record).await;
             return Err(shim_failed("starting the container")(e));
         }
         record
@@ -630,6 +635,10 @@ impl ContainerManager {
     /// created) is removed entirely, so its name is free for the kubelet's retry.
     pub async fn recover(&self) -> Result<(), ContainerError> {
         for record in self.list_records()? {
+            // Exited while the daemon was down, or stored before a crash cut its release short.
+            if record.state == ContainerState::Exited {
+                self.release_later(&record.id);
+            }
             if record.pid == 0 && record.state == ContainerState::Created {
                 tracing::warn!(container = %record.id, "creation was interrupted: removing what it left");
                 if let Err(e) = self.cleanup(&record).await {

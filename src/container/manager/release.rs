@@ -8,28 +8,36 @@
 
 use super::{failed, image_volumes, shim_failed, ContainerError, ContainerManager};
 use crate::container::record::{ContainerRecord, ContainerState};
-use crate::shim_client::ShimError;
+use crate::shim_client::{ShimClient, ShimError};
 
 impl ContainerManager {
-    /// Takes the container's lock and releases it if it has exited (see `release_exited`).
-    pub(super) async fn release_if_exited(&self, id: &str) {
-        let _lock = self.id_locks.lock(id).await;
-        if let Ok(record) = self.get(id) {
-            self.release_exited(&record).await;
-        }
+    /// Releases the container in a task of its own once it can take its lock: exits are
+    /// noticed by callers that hold other locks or must not wait (the exit watch loop).
+    pub(super) fn release_later(&self, id: &str) {
+        let Some(me) = self.me.upgrade() else { return };
+        let id = id.to_string();
+        tokio::spawn(async move {
+            let _lock = me.id_locks.lock(&id).await;
+            if let Ok(record) = me.get(&id) {
+                me.release_exited(&record).await;
+            }
+        });
     }
 
     /// Releases what an exited container holds and its record does not need; the writable layer
     /// (its stats), the log and the record stay. Once released the rootfs is no mount, which
-    /// makes a second call a stat. A failure is logged: the container has stopped all the same
-    /// and RemoveContainer tries again (and reports it). The caller holds the container's lock.
+    /// makes a second call a stat. Left to RemoveContainer when the pod's shim does not answer
+    /// (its part would be skipped) or something fails, which is logged: the container has
+    /// stopped all the same. The caller holds the container's lock.
     pub(super) async fn release_exited(&self, record: &ContainerRecord) {
-        if record.state != ContainerState::Exited
-            || !scute_sys::mountinfo::is_mountpoint(&self.dir(&record.id).join("rootfs"))
-        {
+        if record.state != ContainerState::Exited || !self.rootfs_mounted(record) {
             return;
         }
-        match self.release(record).await {
+        let Ok(shim) = self.shim(&record.sandbox_id).await else {
+            tracing::debug!(container = %record.id, "the pod's shim does not answer: release left to RemoveContainer");
+            return;
+        };
+        match self.release(Some(&shim), record).await {
             Ok(()) => tracing::debug!(container = %record.id, "released at its exit"),
             Err(e) => {
                 tracing::warn!(container = %record.id, error = %e, "releasing an exited container; RemoveContainer tries again")
@@ -37,10 +45,11 @@ impl ContainerManager {
         }
     }
 
-    /// The shim's part first (its process state and cgroup), so that an unmounted rootfs means
-    /// a released container.
-    async fn release(&self, record: &ContainerRecord) -> Result<(), ContainerError> {
-        if let Ok(shim) = self.shim(&record.sandbox_id).await {
+    /// The shim's part first (its process state and cgroup), then the rootfs, so that an
+    /// unmounted rootfs means the shim's part is done (the rootfs is mounted before the shim
+    /// makes the container, too).
+    async fn release(&self, shim: Option<&ShimClient>, record: &ContainerRecord) -> Result<(), ContainerError> {
+        if let Some(shim) = shim {
             match shim.delete_container(&record.id).await {
                 Ok(()) | Err(ShimError::NotFound(_)) => {}
                 Err(e) => return Err(shim_failed("deleting the container")(e)),
@@ -52,10 +61,19 @@ impl ContainerManager {
         crate::snapshot::idmap::unmount_idmapped_views(&dir).map_err(failed("unmounting the idmapped views"))
     }
 
+    fn rootfs_mounted(&self, record: &ContainerRecord) -> bool {
+        scute_sys::mountinfo::is_mountpoint(&self.dir(&record.id).join("rootfs"))
+    }
+
     /// Everything the container has on the node but its record (RemoveContainer, a rolled back
-    /// or interrupted create).
+    /// or interrupted create). The shim is asked only while the rootfs is mounted: a released
+    /// container's shim part is done.
     pub(super) async fn cleanup(&self, record: &ContainerRecord) -> Result<(), ContainerError> {
-        self.release(record).await?;
+        let shim = match self.rootfs_mounted(record) {
+            true => self.shim(&record.sandbox_id).await.ok(),
+            false => None,
+        };
+        self.release(shim.as_deref(), record).await?;
         match std::fs::remove_dir_all(self.dir(&record.id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed("removing the container directory")(e)),
             _ => Ok(()),
