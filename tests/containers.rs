@@ -17,9 +17,21 @@ fn alive(pid: i64) -> bool {
         .unwrap_or(false)
 }
 
-fn container_pid(status_info: &str) -> i64 {
-    let v: serde_json::Value = serde_json::from_str(status_info).unwrap();
-    v["pid"].as_i64().unwrap()
+/// The verbose ContainerStatus's `info` (pid, cgroupsPath, …).
+async fn status_info(pod: &Pod, id: &str) -> serde_json::Value {
+    let info = pod
+        .daemon
+        .runtime()
+        .await
+        .container_status(api::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .info;
+    serde_json::from_str(&info["info"]).unwrap()
 }
 
 /// What a container holds on the node: the mounts under its directory and its cgroup's
@@ -66,24 +78,10 @@ async fn lifecycle_logs_exec_and_stop() {
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
 
     // `sleep` ignores nothing: SIGTERM stops it within the grace period.
-    let info = pod
-        .daemon
-        .runtime()
-        .await
-        .container_status(api::ContainerStatusRequest {
-            container_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    let pid = container_pid(&info["info"]);
+    let info = status_info(&pod, &id).await;
+    let pid = info["pid"].as_i64().unwrap();
     assert!(alive(pid));
-    let cgroups_path = serde_json::from_str::<serde_json::Value>(&info["info"]).unwrap()["cgroupsPath"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cgroups_path = info["cgroupsPath"].as_str().unwrap().to_string();
     let (mounts, cgroups) = held_on_the_node(&pod, &id, &cgroups_path);
     assert!(!mounts.is_empty() && !cgroups.is_empty(), "{mounts:?} {cgroups:?}");
     pod.daemon
@@ -155,20 +153,10 @@ async fn exit_codes_reasons_and_grace() {
     assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
     // A container that exits by itself is released too, once its exit is stored.
     let dir = pod.daemon.root.join("containers").join(&ok);
-    let info = pod
-        .daemon
-        .runtime()
-        .await
-        .container_status(api::ContainerStatusRequest {
-            container_id: ok.clone(),
-            verbose: true,
-        })
-        .await
+    let cgroups_path = status_info(&pod, &ok).await["cgroupsPath"]
+        .as_str()
         .unwrap()
-        .into_inner()
-        .info;
-    let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
-    let cgroups_path = info["cgroupsPath"].as_str().unwrap().to_string();
+        .to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let held = held_on_the_node(&pod, &ok, &cgroups_path);

@@ -469,16 +469,7 @@ async fn a_pod_whose_network_fails_leaves_nothing() {
     let mut net = TestNetwork::install(&daemon);
     // A /30 whose gateway is .1: one pod address, .2.
     net.prefix = format!("10.199.{}", std::process::id() % 250);
-    let conflist = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "scute-test",
-        "plugins": [{
-            "type": "bridge", "bridge": net.bridge, "isGateway": true, "ipMasq": false,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{}.0/30", net.prefix)}]],
-                     "dataDir": daemon.dir().join("cni-ipam")},
-        }],
-    });
-    std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
+    bridge_network(&daemon, "bridge", &net.bridge, &format!("{}.0/30", net.prefix));
     let first = run(&daemon, pod_config("first")).await.unwrap();
     let shims = common::shims_of(daemon.dir());
     let mounts = mounts_under(daemon.dir());
@@ -527,29 +518,42 @@ async fn a_sysctl_of_the_pod_interface_applies() {
     let net = TestNetwork::install(&daemon);
     let bins = daemon.dir().join("cni-bin");
     std::fs::create_dir_all(&bins).unwrap();
+    let bridge = ["/opt/cni/bin/bridge", "/usr/lib/cni/bridge"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("the CNI bridge plugin");
     let slow = bins.join("slow-bridge");
-    std::fs::write(&slow, "#!/bin/sh\nsleep 1\nexec /usr/lib/cni/bridge \"$@\"\n").unwrap();
+    std::fs::write(&slow, format!("#!/bin/sh\nsleep 1\nexec {bridge} \"$@\"\n")).unwrap();
     std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let conflist = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "scute-test",
-        "plugins": [{
-            "type": "slow-bridge", "bridge": net.bridge, "isGateway": true, "ipMasq": false,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{}.0/24", net.prefix)}]],
-                     "dataDir": daemon.dir().join("cni-ipam")},
-        }],
-    });
-    std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
+    bridge_network(&daemon, "slow-bridge", &net.bridge, &format!("{}.0/24", net.prefix));
+    // Not what a new netns inherits from the host.
+    let host = std::fs::read_to_string("/proc/sys/net/ipv4/conf/default/rp_filter").unwrap();
+    let wanted = ((host.trim().parse::<u32>().unwrap() + 1) % 3).to_string();
     let mut config = pod_config("ifsysctl");
     config
         .linux
         .get_or_insert_with(Default::default)
         .sysctls
-        .insert("net.ipv4.conf.eth0.rp_filter".into(), "2".into());
+        .insert("net.ipv4.conf.eth0.rp_filter".into(), wanted.clone());
     let id = run(&daemon, config).await.unwrap();
     let netns = daemon.state.join("netns").join(&id);
     let (ok, out) = in_netns(&netns, &["cat", "/proc/sys/net/ipv4/conf/eth0/rp_filter"]);
     assert!(ok, "{out}");
-    assert_eq!(out.trim(), "2");
+    assert_eq!(out.trim(), wanted);
     remove(&daemon, &id).await;
+}
+
+/// Replaces the test network with one `plugin` (the bridge plugin, or a wrapper of it) on
+/// `bridge` with host-local addresses from `subnet`.
+fn bridge_network(daemon: &Daemon, plugin: &str, bridge: &str, subnet: &str) {
+    let conflist = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "scute-test",
+        "plugins": [{
+            "type": plugin, "bridge": bridge, "isGateway": true, "ipMasq": false,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                     "dataDir": daemon.dir().join("cni-ipam")},
+        }],
+    });
+    std::fs::write(daemon.cni_conf_dir.join("10-test.conflist"), conflist.to_string()).unwrap();
 }

@@ -320,13 +320,19 @@ impl SandboxManager {
                 None => None,
             }
         };
-        // Pause applies the pod's sysctls when it is made; a net.* one may name the pod's
-        // interface (net.ipv4.conf.eth0.*) or undo what a plugin sets up (disable_ipv6), so
-        // such a pod gets its network first, as containerd does every pod.
-        let net_sysctls = linux.sysctls.keys().any(|k| k.starts_with("net."));
-        let (attached, pause) = if net_sysctls {
-            let attached = network.await;
-            (attached, self.start_pause(config, record, &image, userns).await)
+        // Pause applies the pod's sysctls when it is made; one of an interface's (or of all of
+        // them: net.ipv4.conf.eth0.*, net.ipv6.conf.all.disable_ipv6, net.ipv4.neigh.eth0.*)
+        // needs the plugins' interface or undoes what they set up, so such a pod gets its
+        // network first, as containerd does every pod.
+        let interface_sysctls = linux
+            .sysctls
+            .keys()
+            .any(|k| k.starts_with("net.") && (k.contains(".conf.") || k.contains(".neigh.")));
+        let (attached, pause) = if interface_sysctls {
+            match network.await {
+                Some(Err(e)) => return Err(e),
+                attached => (attached, self.start_pause(config, record, &image, userns).await),
+            }
         } else {
             tokio::join!(network, self.start_pause(config, record, &image, userns))
         };

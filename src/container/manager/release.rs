@@ -34,7 +34,7 @@ impl ContainerManager {
             return;
         }
         let Ok(shim) = self.shim(&record.sandbox_id).await else {
-            tracing::debug!(container = %record.id, "the pod's shim does not answer: release left to RemoveContainer");
+            tracing::warn!(container = %record.id, "the pod's shim does not answer: release left to RemoveContainer");
             return;
         };
         match self.release(Some(&shim), record).await {
