@@ -245,19 +245,9 @@ async fn create_container(
         .map(|r| r.into_inner().container_id)
 }
 
-async fn pods(daemon: &Daemon) -> Vec<api::PodSandbox> {
-    daemon
-        .runtime()
-        .await
-        .list_pod_sandbox(api::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items
-}
-
 async fn pods_named(daemon: &Daemon, name: &str) -> Vec<String> {
-    pods(daemon)
+    daemon
+        .pods()
         .await
         .into_iter()
         .filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == name))
@@ -427,7 +417,7 @@ async fn timed_out_creates_are_handed_to_the_retry() {
     assert!(dup.message().contains(&id));
 
     let daemon = &base.daemon;
-    for id in pods(daemon).await.into_iter().map(|p| p.id) {
+    for id in daemon.pods().await.into_iter().map(|p| p.id) {
         remove_pod(daemon, &id).await;
     }
     assert_nothing_left(daemon, &parent, Some(&bridge_of(&base)));
@@ -513,7 +503,7 @@ async fn churn_leaves_nothing_behind() {
     );
     // Only the base pod is left.
     assert_eq!(
-        pods(daemon).await.into_iter().map(|p| p.id).collect::<Vec<_>>(),
+        daemon.pods().await.into_iter().map(|p| p.id).collect::<Vec<_>>(),
         vec![base.id.clone()]
     );
     assert_eq!(shims_of(&daemon.state).len(), shims_before, "shim processes left");
@@ -613,7 +603,7 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
     base.daemon.start_again();
     let daemon = &base.daemon;
     let _log = LogOnFailure::of(daemon);
-    let after = pods(daemon).await;
+    let after = daemon.pods().await;
     let log = daemon.log();
     eprintln!(
         "crash: {} pods after the restart; {} interrupted creations removed, {} starting shims killed",
@@ -722,7 +712,7 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
                 .unwrap_or_else(|e| panic!("retrying {name}: {e:?}"));
         }
     }
-    for pod in pods(daemon).await {
+    for pod in daemon.pods().await {
         remove_pod(daemon, &pod.id).await;
     }
     drop(runtime);
@@ -1167,7 +1157,7 @@ async fn malformed_requests_are_refused_cleanly() {
     // Alive, sane, and nothing half made.
     rt.version(api::VersionRequest::default()).await.unwrap();
     assert_eq!(panics_in(daemon), Vec::<String>::new());
-    assert_eq!(pods(daemon).await.len(), 1, "only the base pod");
+    assert_eq!(daemon.pods().await.len(), 1, "only the base pod");
     assert_eq!(containers_named(daemon, "bad").await, Vec::<String>::new());
     drop((rt, img));
     base.remove_all().await;

@@ -443,13 +443,8 @@ async fn interrupted_creations_are_removed_at_restart() {
             .unwrap();
     }
     daemon.start_again();
+    let pods = daemon.pods().await;
     let mut client = daemon.runtime().await;
-    let pods = client
-        .list_pod_sandbox(api::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
     assert!(pods.is_empty(), "{pods:?}");
     let containers = client
         .list_containers(api::ListContainersRequest::default())
@@ -487,14 +482,7 @@ async fn a_pod_whose_network_fails_leaves_nothing() {
     assert_eq!(common::shims_of(daemon.dir()), shims);
     assert_eq!(mounts_under(daemon.dir()), mounts);
     assert_eq!(pins(), 1);
-    let pods = daemon
-        .runtime()
-        .await
-        .list_pod_sandbox(api::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods = daemon.pods().await;
     assert_eq!(
         pods.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
         vec![first.as_str()]

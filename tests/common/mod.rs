@@ -206,6 +206,17 @@ impl Daemon {
     pub async fn images(&self) -> ImageServiceClient<Channel> {
         ImageServiceClient::new(connect(&self.socket).await)
     }
+
+    /// Every pod sandbox the daemon lists (ListPodSandbox without a filter).
+    pub async fn pods(&self) -> Vec<scute::api::PodSandbox> {
+        self.runtime()
+            .await
+            .list_pod_sandbox(scute::api::ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items
+    }
 }
 
 impl Daemon {
