@@ -133,11 +133,12 @@ fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
 
-/// Writes `contents` to `path` atomically (temp + fsync + rename), mode 0644: the pod's
-/// hostname, hosts and resolv.conf, which every user inside its containers reads (a bind mount
-/// keeps the file's mode). The pod's directory is what keeps host users out.
+/// Writes `contents` to `path` atomically (temp + rename; not synced: they live as long as the
+/// pod's processes), mode 0644: the pod's hostname, hosts and resolv.conf, which every user
+/// inside its containers reads (a bind mount keeps the file's mode). The pod's directory is what
+/// keeps host users out.
 pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
-    scute_sys::files::write_atomic_mode(path, contents.as_bytes(), 0o644)
+    scute_sys::files::write_replace_mode(path, contents.as_bytes(), 0o644)
 }
 
 /// Mounts the pod's /dev/shm: a tmpfs of `size` bytes at `target` (created if needed).

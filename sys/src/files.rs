@@ -7,10 +7,23 @@ use std::path::Path;
 /// Writes `contents` to `path` atomically (temp file in the same directory, fsync, rename) with
 /// `mode`; the temp file is 0600 until then, so nobody reads a half-written file.
 pub fn write_atomic_mode(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    write_via_temp(path, contents, mode, true)
+}
+
+/// As [`write_atomic_mode`] without the fsync: for files that matter only while the processes
+/// reading them live (a bundle's spec, a pod's hosts and resolv.conf). A crash of the host ends
+/// those processes, so a sync would buy nothing; readers still never see a half-written file.
+pub fn write_replace_mode(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    write_via_temp(path, contents, mode, false)
+}
+
+fn write_via_temp(path: &Path, contents: &[u8], mode: u32, sync: bool) -> io::Result<()> {
     let dir = path.parent().ok_or_else(|| io::Error::other("no parent dir"))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(contents)?;
-    tmp.as_file().sync_all()?;
+    if sync {
+        tmp.as_file().sync_all()?;
+    }
     tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
@@ -46,14 +59,17 @@ mod tests {
 
     #[test]
     fn atomic_write_sets_the_mode_and_replaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        write_atomic_mode(&p, b"one", 0o640).unwrap();
-        write_atomic_mode(&p, b"two", 0o640).unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"two");
-        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temp file left");
-        assert!(write_atomic_mode(&dir.path().join("missing/f"), b"x", 0o600).is_err());
+        type Writer = fn(&Path, &[u8], u32) -> io::Result<()>;
+        for write in [write_atomic_mode as Writer, write_replace_mode] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("f");
+            write(&p, b"one", 0o640).unwrap();
+            write(&p, b"two", 0o640).unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), b"two");
+            assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temp file left");
+            assert!(write(&dir.path().join("missing/f"), b"x", 0o600).is_err());
+        }
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl SandboxManager {
         let bundle = dir.join("bundle");
         files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
         let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| SandboxError::Failed(e.to_string()))?;
-        scute_sys::files::write_atomic_mode(
+        scute_sys::files::write_replace_mode(
             &bundle.join("config.json"),
             spec_json.as_bytes(),
             files::PRIVATE_FILE_MODE,
