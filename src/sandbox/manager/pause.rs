@@ -15,6 +15,7 @@ use crate::sandbox::record::SandboxRecord;
 use crate::sandbox::spec::{pause_spec, SandboxSpec};
 use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError, SpawnOptions};
 
+/// containerd's oom_score_adj for pause: the last thing the OOM killer should pick.
 const PAUSE_OOM_SCORE_ADJ: i32 = -998;
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
