@@ -4,7 +4,7 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -136,14 +136,11 @@ fn wait_helper(child: Pid, what: &str) -> Option<WaitStatus> {
 
 /// Sleeps until `child` exits (true) or `deadline` passes (false), on a pidfd: the exit wakes it
 /// at once, where polling waitpid with naps cost each libcontainer operation 1-3 ms. True at once
-/// when the kernel has no pidfd_open (before 5.3): the caller's polling loop then waits. By hand
-/// through libc: nix has no pidfd_open.
+/// when the kernel has no pidfd_open (before 5.3): the caller's polling loop then waits.
 pub(crate) fn await_exit(child: Pid, deadline: Instant) -> bool {
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
-    if raw < 0 {
+    let Ok(pidfd) = scute_sys::pidfd::open(child.as_raw()) else {
         return true;
-    }
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    };
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

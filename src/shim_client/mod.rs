@@ -34,7 +34,8 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::sync::Mutex;
@@ -361,6 +362,37 @@ impl ProcId {
     /// True while the process runs (a zombie has exited).
     fn alive(&self) -> bool {
         ProcId::of(self.pid) == Some(*self)
+    }
+
+    /// Sleeps until the process has exited (true) or `timeout` passes (false). On a pidfd, which
+    /// wakes at the exit: the 10 ms polling nap it replaces was most of RemovePodSandbox's 17 ms.
+    /// Polls where the kernel has no pidfds.
+    async fn exited_within(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Opened before the liveness check: a pid reused before the open fails the check (its
+        // start time differs), so the pidfd waited on is this process's.
+        let pidfd = scute_sys::pidfd::open(self.pid as i32).ok().and_then(|fd| {
+            // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open and the same until
+            // the AsyncFd is dropped.
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+        });
+        if !self.alive() {
+            return true;
+        }
+        if let Some(pidfd) = pidfd {
+            match tokio::time::timeout_at(deadline, pidfd.readable()).await {
+                Ok(Ok(_)) => return true,
+                Err(_) => return false,
+                Ok(Err(_)) => {} // not pollable after all: poll /proc below
+            }
+        }
+        while self.alive() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
     }
 }
 
@@ -789,12 +821,8 @@ impl ShimClient {
         let Some(process) = self.process.filter(|p| p.start_time != 0) else {
             return Ok(());
         };
-        let deadline = tokio::time::Instant::now() + EXIT_TIMEOUT;
-        while process.alive() {
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ShimError::Timeout(EXIT_TIMEOUT));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if !process.exited_within(EXIT_TIMEOUT).await {
+            return Err(ShimError::Timeout(EXIT_TIMEOUT));
         }
         Ok(())
     }

@@ -495,3 +495,21 @@ fn proc_stat_parsing() {
     }
     .alive());
 }
+
+#[tokio::test]
+async fn exited_within_wakes_at_the_exit() {
+    let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
+    let proc_id = ProcId::of(child.id()).unwrap();
+    assert!(!proc_id.exited_within(Duration::from_millis(20)).await);
+    // Unreaped, it stays a zombie: that counts as exited.
+    assert!(proc_id.exited_within(Duration::from_secs(10)).await);
+    assert!(!proc_id.alive());
+    child.wait().unwrap();
+    // Another process's start time: not this one, so it has exited.
+    let me = ProcId::of(std::process::id()).unwrap();
+    let other = ProcId {
+        start_time: me.start_time + 1,
+        ..me
+    };
+    assert!(other.exited_within(Duration::from_secs(10)).await);
+}

@@ -5,8 +5,10 @@
 //! - `mountinfo`: the one parser of /proc/self/mountinfo (with the kernel's octal escapes).
 //! - `cgroupfs`: the cgroup hierarchies mounted here (v1, v2, hybrid) and where a cgroup's
 //!   directory is in each.
+//! - `pidfd`: a process's pidfd, to sleep until it exits.
 
 pub mod cgroupfs;
 pub mod clock;
 pub mod files;
 pub mod mountinfo;
+pub mod pidfd;
