@@ -1,11 +1,12 @@
 //! The files a pod's containers share: hostname, /etc/hosts and /etc/resolv.conf (from the
 //! DNSConfig the kubelet sends, or the host's), written into the sandbox directory and bind-mounted
-//! into every container of the pod (the containers issue), plus the pod's /dev/shm tmpfs; and
-//! the modes that keep other host users out of pods' and containers' directories.
+//! into every container of the pod (the containers issue), plus the pod's /dev/shm tmpfs; the
+//! bundle (config.json) of pause and of each container; and the modes that keep other host users
+//! out of pods' and containers' directories.
 
 use std::fmt::Write as _;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::api::DnsConfig;
 
@@ -129,6 +130,18 @@ pub fn restrict_dir(dir: &Path, pod_gid: Option<u32>) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `spec` to `<dir>/bundle/config.json` (a private dir, a private file replaced atomically;
+/// not synced: a spec matters only while the container it made lives) and returns the bundle dir.
+pub fn write_bundle(dir: &Path, spec: &oci_spec::runtime::Spec) -> io::Result<PathBuf> {
+    let bundle = dir.join("bundle");
+    create_private_dir(&bundle, None)?;
+    let json = serde_json::to_vec_pretty(spec).map_err(io::Error::other)?;
+    let config = bundle.join("config.json");
+    scute_sys::files::write_replace_mode(&config, &json, PRIVATE_FILE_MODE)
+        .map_err(|e| with_path(e, "writing", &config))?;
+    Ok(bundle)
+}
+
 fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
@@ -240,9 +253,14 @@ mod tests {
             assert_eq!(mode(&object), USERNS_DIR_MODE);
             assert_eq!(std::fs::metadata(&object).unwrap().gid(), 200_000);
         }
-        let file = object.join("config.json");
-        scute_sys::files::write_atomic_mode(&file, b"{}", PRIVATE_FILE_MODE).unwrap();
+        let spec = oci_spec::runtime::Spec::default();
+        let bundle = write_bundle(&object, &spec).unwrap();
+        assert_eq!(bundle, object.join("bundle"));
+        assert_eq!(mode(&bundle), PRIVATE_DIR_MODE);
+        let file = bundle.join("config.json");
         assert_eq!(mode(&file), PRIVATE_FILE_MODE);
+        let written: oci_spec::runtime::Spec = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(written, spec);
     }
 
     #[test]

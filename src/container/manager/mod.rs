@@ -483,15 +483,7 @@ impl ContainerManager {
             .collect();
         bind_sources::refuse_binds_into_procfs(&spec, &rootfs).map_err(ContainerError::FailedPrecondition)?;
         let bind_sources = BindSources::pin(&spec, &cri_destinations).map_err(ContainerError::FailedPrecondition)?;
-        let bundle = dir.join("bundle");
-        files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
-        let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| ContainerError::Failed(e.to_string()))?;
-        scute_sys::files::write_replace_mode(
-            &bundle.join("config.json"),
-            spec_json.as_bytes(),
-            files::PRIVATE_FILE_MODE,
-        )
-        .map_err(failed("writing config.json"))?;
+        let bundle = files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
         if !record.log_path.is_empty() {
             if let Some(parent) = std::path::Path::new(&record.log_path).parent() {
                 std::fs::create_dir_all(parent).map_err(failed("creating the log directory"))?;

@@ -589,13 +589,7 @@ impl SandboxManager {
         kill_stray_shims(&self.shim_dir(id));
         self.shims.lock().await.remove(id);
         if let Some(netns) = &record.netns {
-            let config = record.config();
-            let metadata = config.metadata.clone().unwrap_or_default();
-            if let Err(e) = self
-                .cni
-                .teardown(&network::attach_request(id, netns, &metadata, &config))
-                .await
-            {
+            if let Err(e) = self.cni_detach(&record.config(), id, netns).await {
                 warn("CNI DEL", &e);
             }
             if let Err(e) = NetNs::remove(netns) {

@@ -1,6 +1,7 @@
 //! The pod network: CNI ADD on the pod's pinned network namespace, DEL and the netns's removal,
 //! and whether a pod gets its network before its pause container or beside it.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::{failed, SandboxError, SandboxManager};
@@ -24,10 +25,10 @@ pub(super) async fn create_netns(path: &Path) -> Result<(), SandboxError> {
 /// net.ipv4.conf.eth0.*, net.ipv6.conf.all.disable_ipv6, net.ipv4.neigh.eth0.*) needs the
 /// plugins' interface or undoes what they set up, so such a pod gets its network first, as
 /// containerd does every pod. Every other pod's network is made beside pause.
-pub(super) fn needs_network_before_pause<'a>(sysctls: impl IntoIterator<Item = (&'a String, &'a String)>) -> bool {
+pub(super) fn needs_network_before_pause(sysctls: &HashMap<String, String>) -> bool {
     sysctls
-        .into_iter()
-        .any(|(k, _)| k.starts_with("net.") && (k.contains(".conf.") || k.contains(".neigh.")))
+        .keys()
+        .any(|k| k.starts_with("net.") && (k.contains(".conf.") || k.contains(".neigh.")))
 }
 
 impl SandboxManager {
@@ -58,25 +59,34 @@ impl SandboxManager {
         Ok(())
     }
 
+    /// CNI DEL on the pod's netns (an empty CNI_NETNS when it is gone).
+    pub(super) async fn cni_detach(
+        &self,
+        config: &api::PodSandboxConfig,
+        id: &str,
+        netns: &Path,
+    ) -> Result<(), SandboxError> {
+        let metadata = config.metadata.clone().unwrap_or_default();
+        let request = attach_request(id, netns, &metadata, config);
+        self.cni
+            .teardown(&request)
+            .await
+            .map_err(|e| SandboxError::Failed(format!("tearing down the pod network: {e}")))
+    }
+
     /// CNI DEL and the pinned netns's removal, unless the network was released already.
     pub(super) async fn detach_network(&self, record: &SandboxRecord) -> Result<(), SandboxError> {
         let Some(netns) = record.netns.as_ref().filter(|_| !record.network_released) else {
             return Ok(());
         };
-        let config = record.config();
-        let metadata = config.metadata.clone().unwrap_or_default();
-        let request = attach_request(&record.id, netns, &metadata, &config);
-        self.cni
-            .teardown(&request)
-            .await
-            .map_err(|e| SandboxError::Failed(format!("tearing down the pod network: {e}")))?;
+        self.cni_detach(&record.config(), &record.id, netns).await?;
         NetNs::remove(netns).map_err(failed("removing the network namespace"))?;
         tracing::info!(sandbox = %record.id, "pod network detached (CNI DEL, netns removed)");
         Ok(())
     }
 }
 
-pub(super) fn attach_request<'a>(
+fn attach_request<'a>(
     id: &'a str,
     netns: &'a Path,
     metadata: &'a api::PodSandboxMetadata,

@@ -109,15 +109,7 @@ impl SandboxManager {
                 ("io.kubernetes.cri.sandbox-id".to_string(), id.clone()),
             ]),
         })?;
-        let bundle = dir.join("bundle");
-        files::create_private_dir(&bundle, None).map_err(failed("creating the bundle"))?;
-        let spec_json = serde_json::to_string_pretty(&spec).map_err(|e| SandboxError::Failed(e.to_string()))?;
-        scute_sys::files::write_replace_mode(
-            &bundle.join("config.json"),
-            spec_json.as_bytes(),
-            files::PRIVATE_FILE_MODE,
-        )
-        .map_err(failed("writing config.json"))?;
+        let bundle = files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
 
         let shim = ShimClient::spawn(&SpawnOptions {
             sandbox_id: id.clone(),
