@@ -7,6 +7,8 @@
 //!   with the exit code and time its shim recorded.
 //! ```
 
+use std::collections::HashMap;
+
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
@@ -130,8 +132,8 @@ impl ContainerRecord {
 
     /// The ImageSpec ContainerStatus and ListContainers report: the request's, with `image` the
     /// name the kubelet copies into `containerStatuses[].image` (its ID stays in image_ref/image_id).
-    pub fn image_spec(&self, config: &api::ContainerConfig) -> Option<api::ImageSpec> {
-        let mut spec = config.image.clone()?;
+    fn reported_image(&self, requested: Option<api::ImageSpec>) -> Option<api::ImageSpec> {
+        let mut spec = requested?;
         if !self.image_name.is_empty() {
             spec.image = self.image_name.clone();
         }
@@ -158,6 +160,29 @@ impl ContainerRecord {
             .chain(self.image_volumes.iter().flat_map(|v| v.chain_ids.iter()))
     }
 
+    /// The CRI view of the record in ListContainers. Decodes only the config's fields it
+    /// reports: a listing of every container does this once per container.
+    pub fn to_cri_container(&self) -> api::Container {
+        let config = ListedConfig::decode(self.config.as_slice()).unwrap_or_default();
+        api::Container {
+            id: self.id.clone(),
+            pod_sandbox_id: self.sandbox_id.clone(),
+            metadata: config.metadata,
+            image: self.reported_image(config.image),
+            image_ref: self.image_id.to_string(),
+            state: self.state.to_cri() as i32,
+            created_at: self.created_at,
+            labels: config.labels,
+            annotations: config.annotations,
+            image_id: self.image_id.to_string(),
+        }
+    }
+
+    /// The labels ListContainers filters on, decoded alone.
+    pub fn labels(&self) -> HashMap<String, String> {
+        ListedConfig::decode(self.config.as_slice()).unwrap_or_default().labels
+    }
+
     /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
     pub fn to_cri_status(&self) -> api::ContainerStatus {
         let config = self.config();
@@ -173,7 +198,7 @@ impl ContainerRecord {
                 0
             },
             exit_code: self.exit_code,
-            image: self.image_spec(&config),
+            image: self.reported_image(config.image.clone()),
             image_ref: self.image_id.to_string(),
             image_id: self.image_id.to_string(),
             reason: self.reason.clone(),
@@ -236,4 +261,97 @@ pub fn container_name(container: &api::ContainerMetadata, pod: &api::PodSandboxM
         "{}_{}_{}_{}_{}",
         container.name, pod.name, pod.namespace, pod.uid, container.attempt
     )
+}
+/// The fields of a stored ContainerConfig (api.proto's tags) that ListContainers reports. prost
+/// skips the others (command, envs, mounts, linux, …) without building them. Written by hand:
+/// prost-build makes whole messages only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ListedConfig {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<api::ContainerMetadata>,
+    #[prost(message, optional, tag = "2")]
+    image: Option<api::ImageSpec>,
+    #[prost(map = "string, string", tag = "9")]
+    labels: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "10")]
+    annotations: HashMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listed_view_reports_what_the_whole_config_says() {
+        let kv = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let config = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: "web".into(),
+                attempt: 2,
+            }),
+            image: Some(api::ImageSpec {
+                image: "sha256:aaaa".into(),
+                annotations: kv(&[("a", "b")]),
+                ..Default::default()
+            }),
+            command: vec!["sleep".into()],
+            envs: vec![api::KeyValue {
+                key: "K".into(),
+                value: "V".into(),
+            }],
+            mounts: vec![api::Mount {
+                container_path: "/data".into(),
+                ..Default::default()
+            }],
+            labels: kv(&[("io.kubernetes.container.name", "web"), ("tier", "front")]),
+            annotations: kv(&[("io.kubernetes.container.hash", "1234")]),
+            log_path: "web.log".into(),
+            linux: Some(Default::default()),
+            ..Default::default()
+        };
+        let digest = Digest::parse(&format!("sha256:{}", "b".repeat(64))).unwrap();
+        let record = ContainerRecord {
+            id: "c1".into(),
+            name: "web_pod_ns_uid_2".into(),
+            sandbox_id: "p1".into(),
+            config: ContainerRecord::encode_config(&config),
+            image_ref: "busybox".into(),
+            image_id: digest.clone(),
+            image_name: "docker.io/library/busybox:latest".into(),
+            chain_ids: Vec::new(),
+            image_volumes: Vec::new(),
+            state: ContainerState::Running,
+            pid: 42,
+            created_at: 7,
+            started_at: 8,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            log_path: String::new(),
+            cgroups_path: String::new(),
+            user: None,
+            unclaimed: false,
+        };
+        let listed = record.to_cri_container();
+        let status = record.to_cri_status();
+        assert_eq!(listed.metadata, config.metadata);
+        assert_eq!(listed.labels, config.labels);
+        assert_eq!(record.labels(), config.labels);
+        assert_eq!(listed.annotations, config.annotations);
+        assert_eq!(listed.image, status.image);
+        assert_eq!(listed.image.as_ref().unwrap().image, "docker.io/library/busybox:latest");
+        assert_eq!(listed.image.unwrap().annotations, kv(&[("a", "b")]));
+        assert_eq!(
+            (listed.image_id, listed.image_ref),
+            (digest.to_string(), digest.to_string())
+        );
+        assert_eq!(listed.state, api::ContainerState::ContainerRunning as i32);
+        assert_eq!(
+            (listed.id.as_str(), listed.pod_sandbox_id.as_str(), listed.created_at),
+            ("c1", "p1", 7)
+        );
+    }
 }

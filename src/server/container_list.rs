@@ -1,9 +1,10 @@
 //! ListContainers and StreamContainers (the same list, paged): filters by ID prefix, state,
 //! sandbox and labels.
 
+use std::sync::Arc;
+
 use tonic::codegen::BoxStream;
 
-use super::container_status::to_cri_container;
 use super::{Cri, RpcError};
 use crate::api;
 
@@ -36,7 +37,7 @@ impl Cri {
                 continue;
             }
             if !filter.label_selector.is_empty() {
-                let labels = record.config().labels;
+                let labels = record.labels();
                 if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
                     continue;
                 }
@@ -45,14 +46,14 @@ impl Cri {
             // no round trip to the shim per running container.
             let record = match self.sandboxes.exit_notices.is_pushing(&record.sandbox_id) {
                 true => record,
-                false => self.containers.refresh(record).await?,
+                false => Arc::new(self.containers.refresh(Arc::unwrap_or_clone(record)).await?),
             };
             if let Some(wanted) = &filter.state {
                 if wanted.state != record.state.to_cri() as i32 {
                     continue;
                 }
             }
-            containers.push(to_cri_container(&record));
+            containers.push(record.to_cri_container());
         }
         containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         Ok(containers)

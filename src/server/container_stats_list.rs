@@ -2,6 +2,8 @@
 //! prefix), sandbox (or prefix) and label selector. Containers removed while their stats were
 //! read are left out.
 
+use std::sync::Arc;
+
 use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
@@ -40,9 +42,10 @@ impl Cri {
             .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
             .filter(|r| filter.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&filter.pod_sandbox_id))
             .filter(|r| {
-                let labels = r.config().labels;
+                let labels = r.labels();
                 filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
             })
+            .map(Arc::unwrap_or_clone)
             .collect();
         let mut stats = Vec::with_capacity(records.len());
         for s in self.containers_stats(records).await? {

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 
 use super::{Cri, RpcError};
 use crate::api;
-use crate::container::record::ContainerRecord;
 
 impl Cri {
     pub(super) async fn container_status(
@@ -28,21 +27,5 @@ impl Cri {
             status: Some(record.to_cri_status()),
             info,
         })
-    }
-}
-
-pub(super) fn to_cri_container(record: &ContainerRecord) -> api::Container {
-    let config = record.config();
-    api::Container {
-        id: record.id.clone(),
-        pod_sandbox_id: record.sandbox_id.clone(),
-        metadata: config.metadata.clone(),
-        image: record.image_spec(&config),
-        image_ref: record.image_id.to_string(),
-        state: record.state.to_cri() as i32,
-        created_at: record.created_at,
-        labels: config.labels.clone(),
-        annotations: config.annotations.clone(),
-        image_id: record.image_id.to_string(),
     }
 }

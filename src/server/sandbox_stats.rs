@@ -2,6 +2,8 @@
 //! kubelet gave one, else the sum of pause's and its containers' cgroups), its network interfaces
 //! read inside its namespace (none for host-network pods), and its containers' stats.
 
+use std::sync::Arc;
+
 use std::path::Path;
 
 use super::container_stats::container_stats;
@@ -26,6 +28,7 @@ impl Cri {
             .list_records()?
             .into_iter()
             .filter(|c| c.sandbox_id == id)
+            .map(Arc::unwrap_or_clone)
             .collect();
         let mut stats = self.sandboxes_stats(vec![(record, containers)]).await?;
         Ok(api::PodSandboxStatsResponse { stats: stats.pop() })

@@ -54,7 +54,7 @@ impl Cri {
             let members = containers
                 .iter()
                 .filter(|c| c.sandbox_id == sandbox.id)
-                .cloned()
+                .map(|c| (**c).clone())
                 .collect();
             pods.push((sandbox, members));
         }

@@ -1,6 +1,8 @@
 //! PodSandboxStatus: state (live: a sandbox whose pause died is NotReady), IPs, namespaces,
 //! labels, annotations; verbose info as JSON.
 
+use std::sync::Arc;
+
 use std::collections::HashMap;
 
 use super::{Cri, RpcError};
@@ -29,7 +31,7 @@ impl Cri {
             .into_iter()
             .filter(|c| c.sandbox_id == record.id)
         {
-            let container = self.containers.refresh(container).await?;
+            let container = self.containers.refresh(Arc::unwrap_or_clone(container)).await?;
             containers_statuses.push(container.to_cri_status());
         }
         Ok(api::PodSandboxStatusResponse {

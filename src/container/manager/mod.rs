@@ -205,8 +205,9 @@ impl ContainerManager {
         }
     }
 
-    pub fn list_records(&self) -> Result<Vec<ContainerRecord>, ContainerError> {
-        Ok(self.store.list::<ContainerRecord>()?)
+    /// Every container's record, shared with the store's cache (clone what is kept or changed).
+    pub fn list_records(&self) -> Result<Vec<Arc<ContainerRecord>>, ContainerError> {
+        Ok(self.store.list_shared::<ContainerRecord>()?)
     }
 
     pub(super) async fn shim(&self, sandbox_id: &str) -> Result<Arc<ShimClient>, ContainerError> {
@@ -668,6 +669,7 @@ impl ContainerManager {
             .list_records()?
             .into_iter()
             .filter(|c| c.sandbox_id == id)
+            .map(Arc::unwrap_or_clone)
             .collect())
     }
 
