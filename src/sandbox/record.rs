@@ -7,6 +7,7 @@
 //!   daemon restart: every sandbox is Unknown (in memory) until its shim answers.
 //! ```
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use base64::Engine as _;
@@ -138,6 +139,28 @@ impl SandboxRecord {
     pub fn encode_config(config: &api::PodSandboxConfig) -> Vec<u8> {
         config.encode_to_vec()
     }
+
+    /// The CRI view of the record in ListPodSandbox, in `state`. Decodes only the config's
+    /// fields it reports: a listing of every pod does this once per pod.
+    pub fn to_cri_pod(&self, state: api::PodSandboxState) -> api::PodSandbox {
+        let config = ListedPodConfig::decode(self.config.as_slice()).unwrap_or_default();
+        api::PodSandbox {
+            id: self.id.clone(),
+            metadata: config.metadata,
+            state: state as i32,
+            created_at: self.created_at,
+            labels: config.labels,
+            annotations: config.annotations,
+            runtime_handler: self.runtime_handler.clone(),
+        }
+    }
+
+    /// The labels ListPodSandbox filters on, decoded alone.
+    pub fn labels(&self) -> HashMap<String, String> {
+        ListedPodConfig::decode(self.config.as_slice())
+            .unwrap_or_default()
+            .labels
+    }
 }
 
 pub(crate) mod b64 {
@@ -161,6 +184,19 @@ pub fn sandbox_name(m: &api::PodSandboxMetadata) -> String {
     format!("{}_{}_{}_{}", m.name, m.namespace, m.uid, m.attempt)
 }
 
+/// The fields of a stored PodSandboxConfig (api.proto's tags) that ListPodSandbox reports. prost
+/// skips the others (DNS, port mappings, linux, …) without building them. Written by hand:
+/// prost-build makes whole messages only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ListedPodConfig {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<api::PodSandboxMetadata>,
+    #[prost(map = "string, string", tag = "6")]
+    labels: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "7")]
+    annotations: HashMap<String, String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +211,13 @@ mod tests {
                 namespace: "default".into(),
                 attempt: 2,
             }),
+            labels: HashMap::from([("app".to_string(), "web".to_string())]),
+            annotations: HashMap::from([("seen".to_string(), "api".to_string())]),
+            port_mappings: vec![api::PortMapping {
+                host_port: 8080,
+                ..Default::default()
+            }],
+            linux: Some(Default::default()),
             ..Default::default()
         };
         let record = SandboxRecord {
@@ -196,6 +239,14 @@ mod tests {
         let back: SandboxRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(back.config(), config);
         assert_eq!(back.name, "web_default_u1_2");
+        let listed = back.to_cri_pod(api::PodSandboxState::SandboxReady);
+        assert_eq!(
+            (listed.metadata, &listed.labels, &listed.annotations),
+            (config.metadata.clone(), &config.labels, &config.annotations)
+        );
+        assert_eq!(back.labels(), config.labels);
+        assert_eq!((listed.id.as_str(), listed.created_at), ("abc", 1));
+        assert_eq!(listed.state, api::PodSandboxState::SandboxReady as i32);
         assert_eq!(SandboxState::Ready.stop(), SandboxState::NotReady);
         assert_eq!(SandboxState::Unknown.to_cri(), api::PodSandboxState::SandboxNotready);
     }

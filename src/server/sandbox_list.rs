@@ -26,18 +26,16 @@ impl Cri {
     /// The pods `filter` selects, newest first.
     async fn pod_sandboxes(&self, filter: Option<api::PodSandboxFilter>) -> Result<Vec<api::PodSandbox>, RpcError> {
         let filter = filter.unwrap_or_default();
-        let mut items = Vec::new();
+        let mut selected = Vec::new();
         for record in self.sandboxes.list()? {
             if !filter.id.is_empty() && !record.id.starts_with(&filter.id) {
                 continue;
             }
-            let config = record.config();
-            if !filter
-                .label_selector
-                .iter()
-                .all(|(k, v)| config.labels.get(k) == Some(v))
-            {
-                continue;
+            if !filter.label_selector.is_empty() {
+                let labels = record.labels();
+                if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                    continue;
+                }
             }
             // A pod whose shim pushes its exits has a current record (pause's exit makes it
             // NotReady at once): no round trip to each shim.
@@ -51,17 +49,10 @@ impl Cri {
                     continue;
                 }
             }
-            items.push(api::PodSandbox {
-                id: record.id.clone(),
-                metadata: config.metadata.clone(),
-                state: state as i32,
-                created_at: record.created_at,
-                labels: config.labels.clone(),
-                annotations: config.annotations.clone(),
-                runtime_handler: record.runtime_handler.clone(),
-            });
+            selected.push((record, state));
         }
-        items.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        Ok(items)
+        // Sorted as records, then viewed (as ListContainers does).
+        selected.sort_by_key(|(r, _)| std::cmp::Reverse(r.created_at));
+        Ok(selected.iter().map(|(r, state)| r.to_cri_pod(*state)).collect())
     }
 }
