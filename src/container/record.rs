@@ -178,9 +178,9 @@ impl ContainerRecord {
         }
     }
 
-    /// The labels ListContainers filters on, decoded alone.
+    /// The labels ListContainers and ListContainerStats filter on, decoded alone.
     pub fn labels(&self) -> HashMap<String, String> {
-        ListedConfig::decode(self.config.as_slice()).unwrap_or_default().labels
+        ConfigLabels::decode(self.config.as_slice()).unwrap_or_default().labels
     }
 
     /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
@@ -262,10 +262,12 @@ pub fn container_name(container: &api::ContainerMetadata, pod: &api::PodSandboxM
         container.name, pod.name, pod.namespace, pod.uid, container.attempt
     )
 }
+
 /// The fields of a stored ContainerConfig (api.proto's tags) that ListContainers reports. prost
-/// skips the others (command, envs, mounts, linux, …) without building them. Written by hand:
-/// prost-build makes whole messages only.
-#[derive(Clone, PartialEq, prost::Message)]
+/// skips the others (command, envs, mounts, linux, …) without building them, nor checking them:
+/// a config corrupt only there still lists, where ContainerStatus reports an empty config.
+/// Written by hand: prost-build makes whole messages only.
+#[derive(prost::Message)]
 struct ListedConfig {
     #[prost(message, optional, tag = "1")]
     metadata: Option<api::ContainerMetadata>,
@@ -275,6 +277,13 @@ struct ListedConfig {
     labels: HashMap<String, String>,
     #[prost(map = "string, string", tag = "10")]
     annotations: HashMap<String, String>,
+}
+
+/// A stored ContainerConfig's labels (tag 9) alone, for label selectors.
+#[derive(prost::Message)]
+struct ConfigLabels {
+    #[prost(map = "string, string", tag = "9")]
+    labels: HashMap<String, String>,
 }
 
 #[cfg(test)]

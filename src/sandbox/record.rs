@@ -155,9 +155,9 @@ impl SandboxRecord {
         }
     }
 
-    /// The labels ListPodSandbox filters on, decoded alone.
+    /// The labels ListPodSandbox and ListPodSandboxStats filter on, decoded alone.
     pub fn labels(&self) -> HashMap<String, String> {
-        ListedPodConfig::decode(self.config.as_slice())
+        PodConfigLabels::decode(self.config.as_slice())
             .unwrap_or_default()
             .labels
     }
@@ -185,9 +185,10 @@ pub fn sandbox_name(m: &api::PodSandboxMetadata) -> String {
 }
 
 /// The fields of a stored PodSandboxConfig (api.proto's tags) that ListPodSandbox reports. prost
-/// skips the others (DNS, port mappings, linux, …) without building them. Written by hand:
-/// prost-build makes whole messages only.
-#[derive(Clone, PartialEq, prost::Message)]
+/// skips the others (DNS, port mappings, linux, …) without building them, nor checking them: a
+/// config corrupt only there still lists, where PodSandboxStatus reports an empty config.
+/// Written by hand: prost-build makes whole messages only.
+#[derive(prost::Message)]
 struct ListedPodConfig {
     #[prost(message, optional, tag = "1")]
     metadata: Option<api::PodSandboxMetadata>,
@@ -195,6 +196,13 @@ struct ListedPodConfig {
     labels: HashMap<String, String>,
     #[prost(map = "string, string", tag = "7")]
     annotations: HashMap<String, String>,
+}
+
+/// A stored PodSandboxConfig's labels (tag 6) alone, for label selectors.
+#[derive(prost::Message)]
+struct PodConfigLabels {
+    #[prost(map = "string, string", tag = "6")]
+    labels: HashMap<String, String>,
 }
 
 #[cfg(test)]

@@ -42,8 +42,10 @@ impl Cri {
             .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
             .filter(|r| filter.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&filter.pod_sandbox_id))
             .filter(|r| {
-                let labels = r.labels();
-                filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                filter.label_selector.is_empty() || {
+                    let labels = r.labels();
+                    filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                }
             })
             .map(Arc::unwrap_or_clone)
             .collect();

@@ -1,4 +1,4 @@
-//! ContainerStatus and the CRI views of a container record.
+//! ContainerStatus.
 
 use std::collections::HashMap;
 

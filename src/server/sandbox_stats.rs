@@ -2,9 +2,8 @@
 //! kubelet gave one, else the sum of pause's and its containers' cgroups), its network interfaces
 //! read inside its namespace (none for host-network pods), and its containers' stats.
 
-use std::sync::Arc;
-
 use std::path::Path;
+use std::sync::Arc;
 
 use super::container_stats::container_stats;
 use super::{Cri, RpcError};

@@ -44,7 +44,7 @@ impl Cri {
             if !filter.id.is_empty() && !sandbox.id.starts_with(&filter.id) {
                 continue;
             }
-            let labels = sandbox.config().labels;
+            let labels = sandbox.labels();
             if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
                 continue;
             }

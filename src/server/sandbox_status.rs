@@ -1,9 +1,8 @@
 //! PodSandboxStatus: state (live: a sandbox whose pause died is NotReady), IPs, namespaces,
 //! labels, annotations; verbose info as JSON.
 
-use std::sync::Arc;
-
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{Cri, RpcError};
 use crate::api;

@@ -371,11 +371,14 @@ impl ProcId {
         let deadline = tokio::time::Instant::now() + timeout;
         // Opened before the liveness check: a pid reused before the open fails the check (its
         // start time differs), so the pidfd waited on is this process's.
-        let pidfd = scute_sys::pidfd::open(self.pid as i32).ok().and_then(|fd| {
-            // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open and the same until
-            // the AsyncFd is dropped.
-            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
-        });
+        let pidfd = i32::try_from(self.pid)
+            .ok()
+            .and_then(|pid| scute_sys::pidfd::open(pid).ok())
+            .and_then(|fd| {
+                // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open and the same until
+                // the AsyncFd is dropped.
+                unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+            });
         if !self.alive() {
             return true;
         }
@@ -383,7 +386,7 @@ impl ProcId {
             match tokio::time::timeout_at(deadline, pidfd.readable()).await {
                 Ok(Ok(_)) => return true,
                 Err(_) => return false,
-                Ok(Err(_)) => {} // not pollable after all: poll /proc below
+                Ok(Err(_)) => {} // the reactor is going away: poll /proc below
             }
         }
         while self.alive() {

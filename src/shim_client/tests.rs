@@ -497,7 +497,7 @@ fn proc_stat_parsing() {
 }
 
 #[tokio::test]
-async fn exited_within_wakes_at_the_exit() {
+async fn exited_within_waits_for_the_exit() {
     let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
     let proc_id = ProcId::of(child.id()).unwrap();
     assert!(!proc_id.exited_within(Duration::from_millis(20)).await);

@@ -315,8 +315,7 @@ impl Store {
 
     /// Every record of the type, in ID order.
     pub fn list<R: Record>(&self) -> Result<Vec<R>> {
-        let cached = self.with_loaded::<R, _>(|loaded| loaded.records.values().cloned().collect::<Vec<_>>())?;
-        cached.iter().map(Cached::record::<R>).collect()
+        Ok(self.list_shared::<R>()?.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     /// Every record of the type, shared with the cache rather than copied: for listings that
@@ -327,7 +326,7 @@ impl Store {
     }
 
     /// Runs `f` on the type's cached records, loading them from the table on first use. `f` runs
-    /// under the cache's lock: it only copies `Cached` handles, the records are cloned after.
+    /// under the cache's lock: it only copies `Cached` handles (records are cloned, if at all, after).
     fn with_loaded<R: Record, T>(&self, f: impl Fn(&Loaded) -> T) -> Result<T> {
         if let Some(loaded) = lock(&self.cache.types).get(&TypeId::of::<R>()) {
             return Ok(f(loaded));
@@ -639,6 +638,7 @@ mod tests {
         tx.commit().unwrap();
         assert!(matches!(store.get::<Pod>("bad"), Err(Error::Corrupt { .. })));
         assert!(matches!(store.list::<Pod>(), Err(Error::Corrupt { .. })));
+        assert!(matches!(store.list_shared::<Pod>(), Err(Error::Corrupt { .. })));
     }
 
     /// Reads come from the cache once a type is loaded: every write must show in them, in
@@ -664,6 +664,15 @@ mod tests {
         b.attempt = 7;
         store.put(&b).unwrap();
         assert_eq!(store.list::<Pod>().unwrap(), vec![pod("id-a", "a"), b.clone()]);
+        let shared = store.list_shared::<Pod>().unwrap();
+        assert_eq!(
+            shared.iter().map(|p| (**p).clone()).collect::<Vec<_>>(),
+            vec![pod("id-a", "a"), b.clone()]
+        );
+        assert!(
+            Arc::ptr_eq(&shared[1], &store.list_shared::<Pod>().unwrap()[1]),
+            "shared with the cache, not copied"
+        );
         // Another type over the same table sees the writes of the first, and its own writes
         // show through the first.
         assert_eq!(store.list::<PodName>().unwrap().len(), 2);
