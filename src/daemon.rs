@@ -90,7 +90,7 @@ pub async fn serve(config: Config) -> Result<()> {
     );
     containers.recover().await.context("recovering containers")?;
     for sandbox in sandboxes.list().context("listing pod sandboxes")? {
-        containers.watch_shim(sandbox.id);
+        containers.watch_shim(sandbox.id.clone());
     }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -7,6 +7,7 @@ use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
 use crate::api;
+use crate::container::record::ContainerState;
 
 impl Cri {
     pub(super) async fn list_containers(
@@ -42,11 +43,14 @@ impl Cri {
                     continue;
                 }
             }
-            // A pod whose shim pushes its exits has current records (as containerd's store is):
-            // no round trip to the shim per running container.
-            let record = match self.sandboxes.exit_notices.is_pushing(&record.sandbox_id) {
-                true => record,
-                false => Arc::new(self.containers.refresh(Arc::unwrap_or_clone(record)).await?),
+            // Only a running container's record can be behind its shim (`refresh`), and not
+            // when its pod's shim pushes its exits (as containerd's store is current): no round
+            // trip to the shim per running container.
+            let behind =
+                record.state == ContainerState::Running && !self.sandboxes.exit_notices.is_pushing(&record.sandbox_id);
+            let record = match behind {
+                true => Arc::new(self.containers.refresh(Arc::unwrap_or_clone(record)).await?),
+                false => record,
             };
             if let Some(wanted) = &filter.state {
                 if wanted.state != record.state.to_cri() as i32 {

@@ -4,6 +4,7 @@
 //! against (the rate stays right, over a shorter interval).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{Cri, RpcError};
 use crate::api;
@@ -35,7 +36,7 @@ impl Cri {
                 .filter(|c| c.sandbox_id == sandbox.id)
                 .map(|c| (**c).clone())
                 .collect();
-            pods.push((sandbox, members));
+            pods.push((Arc::unwrap_or_clone(sandbox), members));
         }
         Ok(self
             .sandboxes_stats(pods)

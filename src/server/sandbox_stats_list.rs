@@ -2,6 +2,8 @@
 //! prefix) and label selector. Only ready pods are listed (as containerd does): a stopped pod has
 //! no network and no running processes to account.
 
+use std::sync::Arc;
+
 use tonic::codegen::BoxStream;
 
 use super::{Cri, RpcError};
@@ -56,7 +58,7 @@ impl Cri {
                 .filter(|c| c.sandbox_id == sandbox.id)
                 .map(|c| (**c).clone())
                 .collect();
-            pods.push((sandbox, members));
+            pods.push((Arc::unwrap_or_clone(sandbox), members));
         }
         let mut stats = Vec::with_capacity(pods.len());
         for s in self.sandboxes_stats(pods).await? {

@@ -178,8 +178,10 @@ impl SandboxManager {
             .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {id:?} not found")))
     }
 
-    pub fn list(&self) -> Result<Vec<SandboxRecord>, SandboxError> {
-        Ok(self.store.list::<SandboxRecord>()?)
+    /// Every sandbox's record, shared with the store's cache (clone what is kept or changed:
+    /// a record holds its CNI result, a JSON tree).
+    pub fn list(&self) -> Result<Vec<Arc<SandboxRecord>>, SandboxError> {
+        Ok(self.store.list_shared::<SandboxRecord>()?)
     }
 
     /// RunPodSandbox. The work runs in a task of its own and a sandbox made after the kubelet
