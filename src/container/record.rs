@@ -179,8 +179,17 @@ impl ContainerRecord {
     }
 
     /// The labels ListContainers and ListContainerStats filter on, decoded alone.
-    pub fn labels(&self) -> HashMap<String, String> {
+    fn labels(&self) -> HashMap<String, String> {
         ConfigLabels::decode(self.config.as_slice()).unwrap_or_default().labels
+    }
+
+    /// Whether the container carries every label of a CRI label selector (an empty one selects
+    /// every container, without decoding anything).
+    pub fn matches_labels(&self, selector: &HashMap<String, String>) -> bool {
+        selector.is_empty() || {
+            let labels = self.labels();
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        }
     }
 
     /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
@@ -349,6 +358,11 @@ mod tests {
         assert_eq!(listed.metadata, config.metadata);
         assert_eq!(listed.labels, config.labels);
         assert_eq!(record.labels(), config.labels);
+        let selector = |pairs: &[(&str, &str)]| kv(pairs);
+        assert!(record.matches_labels(&selector(&[])));
+        assert!(record.matches_labels(&selector(&[("tier", "front")])));
+        assert!(!record.matches_labels(&selector(&[("tier", "front"), ("app", "x")])));
+        assert!(!record.matches_labels(&selector(&[("tier", "back")])));
         assert_eq!(listed.annotations, config.annotations);
         assert_eq!(listed.image, status.image);
         assert_eq!(listed.image.as_ref().unwrap().image, "docker.io/library/busybox:latest");

@@ -156,10 +156,19 @@ impl SandboxRecord {
     }
 
     /// The labels ListPodSandbox and ListPodSandboxStats filter on, decoded alone.
-    pub fn labels(&self) -> HashMap<String, String> {
+    fn labels(&self) -> HashMap<String, String> {
         PodConfigLabels::decode(self.config.as_slice())
             .unwrap_or_default()
             .labels
+    }
+
+    /// Whether the pod carries every label of a CRI label selector (an empty one selects every
+    /// pod, without decoding anything).
+    pub fn matches_labels(&self, selector: &HashMap<String, String>) -> bool {
+        selector.is_empty() || {
+            let labels = self.labels();
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        }
     }
 }
 
@@ -253,6 +262,9 @@ mod tests {
             (config.metadata.clone(), &config.labels, &config.annotations)
         );
         assert_eq!(back.labels(), config.labels);
+        assert!(back.matches_labels(&HashMap::new()));
+        assert!(back.matches_labels(&config.labels));
+        assert!(!back.matches_labels(&HashMap::from([("app".to_string(), "db".to_string())])));
         assert_eq!((listed.id.as_str(), listed.created_at), ("abc", 1));
         assert_eq!(listed.state, api::PodSandboxState::SandboxReady as i32);
         assert_eq!(SandboxState::Ready.stop(), SandboxState::NotReady);

@@ -37,11 +37,8 @@ impl Cri {
             if !filter.pod_sandbox_id.is_empty() && !record.sandbox_id.starts_with(&filter.pod_sandbox_id) {
                 continue;
             }
-            if !filter.label_selector.is_empty() {
-                let labels = record.labels();
-                if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-                    continue;
-                }
+            if !record.matches_labels(&filter.label_selector) {
+                continue;
             }
             // Only a running container's record can be behind its shim (`refresh`), and not
             // when its pod's shim pushes its exits (as containerd's store is current): no round

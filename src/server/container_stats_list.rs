@@ -41,12 +41,7 @@ impl Cri {
             .into_iter()
             .filter(|r| filter.id.is_empty() || r.id.starts_with(&filter.id))
             .filter(|r| filter.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&filter.pod_sandbox_id))
-            .filter(|r| {
-                filter.label_selector.is_empty() || {
-                    let labels = r.labels();
-                    filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-                }
-            })
+            .filter(|r| r.matches_labels(&filter.label_selector))
             .map(Arc::unwrap_or_clone)
             .collect();
         let mut stats = Vec::with_capacity(records.len());

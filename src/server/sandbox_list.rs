@@ -31,11 +31,8 @@ impl Cri {
             if !filter.id.is_empty() && !record.id.starts_with(&filter.id) {
                 continue;
             }
-            if !filter.label_selector.is_empty() {
-                let labels = record.labels();
-                if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-                    continue;
-                }
+            if !record.matches_labels(&filter.label_selector) {
+                continue;
             }
             // A pod whose shim pushes its exits has a current record (pause's exit makes it
             // NotReady at once): no round trip to each shim.

@@ -46,8 +46,7 @@ impl Cri {
             if !filter.id.is_empty() && !sandbox.id.starts_with(&filter.id) {
                 continue;
             }
-            let labels = sandbox.labels();
-            if !filter.label_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            if !sandbox.matches_labels(&filter.label_selector) {
                 continue;
             }
             if self.sandboxes.live_state(&sandbox).await != SandboxState::Ready {
