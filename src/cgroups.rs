@@ -10,6 +10,10 @@
 //!
 //! Whoever reads cgroup files (stats, cleanup) wants the cgroupfs path either way: [`dir`].
 
+use std::collections::BTreeSet;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
 use crate::config::CgroupDriver;
 
 /// The parent of pods the kubelet gave none (critest, crictl): every such pod shares it.
@@ -79,6 +83,86 @@ pub fn dir(cgroups_path: &str) -> String {
             format!("{}/{unit}", parent.trim_end_matches('/'))
         }
         None => cgroups_path.to_string(),
+    }
+}
+
+/// The directories of the cgroup at cgroupfs path `dir` (from [`dir`]): one per mounted v1
+/// hierarchy, the unified one of a hybrid host, and on cgroup v2 `/sys/fs/cgroup` itself. Most
+/// do not exist on a given host; nothing for the root or a path that climbs.
+fn hierarchy_dirs(dir: &str) -> Vec<PathBuf> {
+    let relative = dir.trim_start_matches('/');
+    if relative.is_empty() || relative.split('/').any(|c| c == "..") {
+        return Vec::new();
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|hierarchy| hierarchy.path().join(relative))
+        .collect();
+    dirs.push(root.join(relative));
+    dirs
+}
+
+/// SIGKILLs every process left in the cgroup of a pod member (pause or a container) whose shim
+/// died: libcontainer's delete, which would do it, runs in the shim. Returns how many there
+/// were. Each is signalled through a pidfd opened while it is still in the cgroup, so a pid
+/// reused meanwhile is never hit. By hand: libcgroups is the shim's, and this is a read and a
+/// kill.
+pub fn kill_all(cgroups_path: &str) -> usize {
+    let cgroup = dir(cgroups_path);
+    let mut pids = BTreeSet::new();
+    for dir in hierarchy_dirs(&cgroup) {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        }
+    }
+    for &pid in &pids {
+        let Ok(pidfd) = scute_sys::pidfd::open(pid) else {
+            continue;
+        };
+        if in_cgroup(pid, &cgroup) {
+            let _ = scute_sys::pidfd::send_signal(pidfd.as_fd(), libc::SIGKILL);
+        }
+    }
+    // cgroup v2 (Linux 5.14+) kills the whole subtree at once, sub-cgroups and forks included.
+    for dir in hierarchy_dirs(&cgroup) {
+        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    }
+    pids.len()
+}
+
+/// Whether process `pid` is in the cgroup at `dir` in some hierarchy (/proc/<pid>/cgroup).
+fn in_cgroup(pid: i32, dir: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|lines| lines.lines().any(|l| l.splitn(3, ':').nth(2) == Some(dir)))
+}
+
+/// Waits until no process is left in the cgroup at `cgroups_path` (after [`kill_all`]: the
+/// killed exit and are reaped by init), up to `timeout`. True if it emptied.
+pub async fn until_empty(cgroups_path: &str, timeout: std::time::Duration) -> bool {
+    let dirs = hierarchy_dirs(&dir(cgroups_path));
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let populated = dirs
+            .iter()
+            .any(|d| std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|procs| !procs.trim().is_empty()));
+        if !populated {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Removes the cgroup at cgroupfs path `dir` in every hierarchy, where it is empty (a pod's own
+/// `/parent/scute-<id>`, a container's whose shim died, or the shared default parent).
+pub fn remove_dirs(dir: &str) {
+    for dir in hierarchy_dirs(dir) {
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -156,6 +240,18 @@ pub fn check_driver(driver: CgroupDriver) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kills_and_removals_never_reach_the_root_or_climb_out() {
+        for dir in ["", "/", "/scute/../..", "../x"] {
+            assert_eq!(hierarchy_dirs(dir), Vec::<PathBuf>::new(), "{dir:?}");
+        }
+        let dirs = hierarchy_dirs("/scute/scute-abc");
+        assert!(dirs.contains(&PathBuf::from("/sys/fs/cgroup/scute/scute-abc")), "{dirs:?}");
+        assert!(dirs.iter().all(|d| d.ends_with("scute/scute-abc")), "{dirs:?}");
+        // Nothing there: nothing killed.
+        assert_eq!(kill_all("/scute/scute-no-such-cgroup"), 0);
+    }
 
     #[test]
     fn slices_expand_as_systemd_names_them() {

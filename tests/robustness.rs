@@ -1164,3 +1164,111 @@ async fn malformed_requests_are_refused_cleanly() {
     assert_nothing_left(daemon, "/scute-robust-none", None);
     eprintln!("malformed test took {:?}", started.elapsed());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 5. A pod's shim SIGKILLed while its pod runs: the daemon keeps answering, records the
+// containers exited and the pod NotReady, ends what the shim ran, and the kubelet's stop and
+// removal leave nothing behind.
+
+/// The processes in the cgroups under `parent` whose dir name contains `id`.
+fn procs_of(parent: &str, id: &str) -> BTreeSet<i32> {
+    cgroups_under(parent)
+        .into_iter()
+        .filter(|dir| dir.to_string_lossy().contains(id))
+        .flat_map(|dir| {
+            std::fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shim_takes_its_pod_down_and_leaves_nothing() {
+    let parent = CgroupParent::new("deadshim");
+    let base = pod_with("deadshimbase", Some(vec![])).await;
+    let daemon = &base.daemon;
+    let _log = LogOnFailure::of(daemon);
+    let bridge = bridge_of(&base);
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config("deadshim", &parent, logs.path(), false);
+    let sandbox = run_pod(daemon, &config, None).await.unwrap();
+    let id = create_container(daemon, &sandbox, &config, &container("work", "sleep 100"), None)
+        .await
+        .unwrap();
+    let mut runtime = daemon.runtime().await;
+    runtime
+        .start_container(api::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    let workload = procs_of(&parent, &id);
+    let pause = procs_of(&parent, &sandbox);
+    assert_eq!((workload.len(), pause.len()), (1, 1), "{workload:?} {pause:?}");
+    let shim = shims_of(&daemon.state.join("shims").join(&sandbox[..32]));
+    assert_eq!(shim.len(), 1, "{shim:?}");
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim[0].0), nix::sys::signal::Signal::SIGKILL).unwrap();
+
+    // The lists keep answering (the kubelet's relist fails the whole node otherwise), with the
+    // container exited and the pod NotReady.
+    let status = eventually("the container recorded exited", || {
+        let id = id.clone();
+        async move {
+            let listed = daemon
+                .runtime()
+                .await
+                .list_containers(api::ListContainersRequest::default())
+                .await
+                .expect("ListContainers answers")
+                .into_inner();
+            let ours = listed.containers.iter().find(|c| c.id == id)?;
+            (ours.state == api::ContainerState::ContainerExited as i32).then_some(())?;
+            daemon
+                .runtime()
+                .await
+                .container_status(api::ContainerStatusRequest {
+                    container_id: id,
+                    verbose: false,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+        }
+    })
+    .await;
+    assert_eq!((status.exit_code, status.reason.as_str()), (255, "Unknown"));
+    assert_eq!(status.message, "the pod's shim is gone");
+    let pods = daemon.pods().await;
+    let ours = pods.iter().find(|p| p.id == sandbox).unwrap();
+    assert_eq!(ours.state, api::PodSandboxState::SandboxNotready as i32);
+    // What the shim ran is ended, not left running under a record that says it exited.
+    let ended: Vec<i32> = workload.iter().chain(&pause).copied().collect();
+    eventually("the shim's processes ended", || {
+        let ended = ended.clone();
+        async move { ended.iter().all(|&pid| !alive(pid)).then_some(()) }
+    })
+    .await;
+
+    // The kubelet's clean-up of the pod goes through.
+    runtime
+        .stop_container(api::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await
+        .unwrap();
+    runtime
+        .remove_container(api::RemoveContainerRequest { container_id: id })
+        .await
+        .unwrap();
+    remove_pod(daemon, &sandbox).await;
+    remove_pod(daemon, &base.id).await;
+    assert_nothing_left(daemon, &parent, Some(&bridge));
+    assert_eq!(panics_in(daemon), Vec::<String>::new());
+}

@@ -539,6 +539,12 @@ impl ShimClient {
         self.process.map(|p| p.pid)
     }
 
+    /// True once the shim's process has exited (killed, crashed): this connection is dead for
+    /// good. False while it runs, or when its process could not be identified.
+    pub fn exited(&self) -> bool {
+        self.process.is_some_and(|p| p.start_time != 0 && !p.alive())
+    }
+
     /// Creates and starts a container from an OCI bundle (absolute path), output to /dev/null
     /// (the pause container); its init pid.
     pub async fn create_container(&self, id: &str, bundle: &Path) -> Result<u32, ShimError> {

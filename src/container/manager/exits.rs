@@ -25,12 +25,16 @@ impl ContainerManager {
                     return;
                 }
                 let Some(shim) = this.sandboxes.shim_for(&sandbox_id).await else {
+                    if this.sandboxes.shim_gone(&sandbox_id) {
+                        this.shim_died(&sandbox_id).await;
+                    }
                     return;
                 };
                 let mut exits = match shim.subscribe_exits().await {
                     Ok(exits) => exits,
-                    Err(ShimError::Gone(_)) => {
-                        this.pod_stopped_by_itself(&sandbox_id).await;
+                    Err(ShimError::Gone(_)) if this.sandboxes.shim_gone(&sandbox_id) => {
+                        drop(shim);
+                        this.shim_died(&sandbox_id).await;
                         return;
                     }
                     Err(ShimError::Remote {
@@ -89,11 +93,22 @@ impl ContainerManager {
         });
     }
 
-    /// The pod's pause exited (or its shim died) with no StopPodSandbox: the pod is NotReady and
-    /// its STOPPED event goes out, once (the sandbox manager sends it).
+    /// The pod's pause exited with no StopPodSandbox: the pod is NotReady and its STOPPED event
+    /// goes out, once (the sandbox manager sends it).
     pub(super) async fn pod_stopped_by_itself(&self, sandbox_id: &str) {
         if let Err(e) = self.sandboxes.pause_exited(sandbox_id).await {
             tracing::warn!(sandbox = %sandbox_id, error = %e, "recording that pause exited");
+        }
+    }
+
+    /// The pod's shim died (SIGKILLed, crashed) under it: its running containers are recorded
+    /// exited (255, "the pod's shim is gone") and released, which kills what is left of them;
+    /// then pause goes and the pod is NotReady, as containerd does with a dead shim's tasks.
+    async fn shim_died(&self, sandbox_id: &str) {
+        tracing::warn!(sandbox = %sandbox_id, "the pod's shim died");
+        self.refresh_running_in(sandbox_id).await;
+        if let Err(e) = self.sandboxes.shim_died(sandbox_id).await {
+            tracing::warn!(sandbox = %sandbox_id, error = %e, "recording that the shim died");
         }
     }
 

@@ -10,6 +10,9 @@ use super::{failed, image_volumes, shim_failed, ContainerError, ContainerManager
 use crate::container::record::{ContainerRecord, ContainerState};
 use crate::shim_client::{ShimClient, ShimError};
 
+/// How long the processes of a container whose shim died get to exit after SIGKILL.
+const KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ContainerManager {
     /// Releases the container in a task of its own once it can take its lock: exits are
     /// noticed by callers that hold other locks or must not wait (the exit watch loop).
@@ -33,11 +36,12 @@ impl ContainerManager {
         if record.state != ContainerState::Exited || !self.rootfs_mounted(record) {
             return;
         }
-        let Ok(shim) = self.shim(&record.sandbox_id).await else {
+        let shim = self.shim(&record.sandbox_id).await.ok();
+        if shim.is_none() && !self.sandboxes.shim_gone(&record.sandbox_id) {
             tracing::warn!(container = %record.id, "the pod's shim does not answer: release left to RemoveContainer");
             return;
-        };
-        match self.release(Some(&shim), record).await {
+        }
+        match self.release(shim.as_deref(), record).await {
             Ok(()) => tracing::debug!(container = %record.id, "released at its exit"),
             Err(e) => {
                 tracing::warn!(container = %record.id, error = %e, "releasing an exited container; RemoveContainer tries again")
@@ -49,11 +53,22 @@ impl ContainerManager {
     /// unmounted rootfs means the shim's part is done (the rootfs is mounted before the shim
     /// makes the container, too).
     async fn release(&self, shim: Option<&ShimClient>, record: &ContainerRecord) -> Result<(), ContainerError> {
-        if let Some(shim) = shim {
-            match shim.delete_container(&record.id).await {
+        match shim {
+            Some(shim) => match shim.delete_container(&record.id).await {
                 Ok(()) | Err(ShimError::NotFound(_)) => {}
                 Err(e) => return Err(shim_failed("deleting the container")(e)),
+            },
+            // The shim died before its part was done: its processes and cgroup are the daemon's
+            // to end, as libcontainer's delete would have (containerd kills a dead shim's tasks).
+            None if self.rootfs_mounted(record) && self.sandboxes.shim_gone(&record.sandbox_id) => {
+                let killed = crate::cgroups::kill_all(&record.cgroups_path);
+                if !crate::cgroups::until_empty(&record.cgroups_path, KILL_TIMEOUT).await {
+                    tracing::warn!(container = %record.id, "processes left in its cgroup after SIGKILL");
+                }
+                crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
+                tracing::info!(container = %record.id, killed, "released after its shim died");
             }
+            None => {}
         }
         let dir = self.dir(&record.id);
         crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the rootfs"))?;

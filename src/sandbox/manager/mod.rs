@@ -359,7 +359,12 @@ impl SandboxManager {
     async fn shim(&self, id: &str) -> Option<Arc<ShimClient>> {
         let mut shims = self.shims.lock().await;
         if let Some(shim) = shims.get(id) {
-            return Some(shim.clone());
+            if !shim.exited() {
+                return Some(shim.clone());
+            }
+            // Killed or crashed: its connection is dead for good, and the connect below finds
+            // nobody (or a shim started since, which is whom to ask).
+            shims.remove(id);
         }
         let shim = Arc::new(ShimClient::connect(&self.shim_dir(id)).await.ok()?);
         shims.insert(id.to_string(), shim.clone());
@@ -404,12 +409,34 @@ impl SandboxManager {
         }
     }
 
+    /// Whether the shim of `id` is gone for good: its socket is missing or refuses connections,
+    /// which a live shim's never does (a busy one queues them). Not a timeout's guess: this is
+    /// what the daemon kills a pod's leftover processes on.
+    pub fn shim_gone(&self, id: &str) -> bool {
+        let socket = self.shim_dir(id).join(crate::shim_client::SOCKET_FILE);
+        match std::os::unix::net::UnixStream::connect(&socket) {
+            Ok(_) => false,
+            Err(e) => matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused),
+        }
+    }
+
+    /// The shim of `id` died (SIGKILLed, crashed) while its pod ran: pause and whatever else is
+    /// left in its cgroup are killed (libcontainer's delete, which would do it, ran in the shim;
+    /// containerd kills a dead shim's tasks too), and the pod becomes NotReady as when pause
+    /// exits. Its containers are the container manager's.
+    pub async fn shim_died(&self, id: &str) -> Result<(), SandboxError> {
+        if let Some(record) = self.store.get::<SandboxRecord>(id)? {
+            let killed = crate::cgroups::kill_all(&record.cgroups_path);
+            tracing::warn!(sandbox = %id, killed, "the pod's shim died: its pause is killed");
+        }
+        self.pause_exited(id).await
+    }
+
     /// For `scute doctor`: whether the shim of `id` is gone (its socket refuses, or the cached
     /// connection finds nobody), its pause exited, or it did not answer (a loaded node: not a
     /// verdict).
     pub async fn shim_health(&self, id: &str) -> ShimHealth {
-        let socket = self.shim_dir(id).join(crate::shim_client::SOCKET_FILE);
-        if std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if self.shim_gone(id) {
             return ShimHealth::Gone;
         }
         let Some(shim) = self.shim(id).await else {
@@ -524,7 +551,7 @@ impl SandboxManager {
         let id = &record.id;
         // Pause and the network go side by side: the netns is pinned, so the plugins' DEL does
         // not need pause, and it was most of StopPodSandbox.
-        let (pause, network) = tokio::join!(self.stop_pause(id, remove), self.detach_network(record));
+        let (pause, network) = tokio::join!(self.stop_pause(record, remove), self.detach_network(record));
         if let (Err(_), Err(e)) = (&pause, &network) {
             tracing::warn!(sandbox = %id, error = %e, "detaching the pod network also failed");
         }
@@ -534,9 +561,9 @@ impl SandboxManager {
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
         if remove {
             // Gone with pause already when the shim deleted it; not when the shim had died.
-            remove_cgroup_dirs(&crate::cgroups::dir(&record.cgroups_path));
+            crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
             if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
-                remove_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
+                crate::cgroups::remove_dirs(DEFAULT_CGROUPFS_PARENT);
             }
             crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
             remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
@@ -605,9 +632,9 @@ impl SandboxManager {
         if let Err(e) = crate::snapshot::unmount_view(&dir.join("rootfs")) {
             warn("unmounting the sandbox rootfs", &e);
         }
-        remove_cgroup_dirs(&crate::cgroups::dir(&record.cgroups_path));
+        crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
         if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
-            remove_cgroup_dirs(DEFAULT_CGROUPFS_PARENT);
+            crate::cgroups::remove_dirs(DEFAULT_CGROUPFS_PARENT);
         }
         for dir in [dir, self.shim_dir(id)] {
             if let Err(e) = remove_dir_if_exists(&dir) {
@@ -665,23 +692,6 @@ pub fn running_shims() -> Vec<(i32, PathBuf)> {
             Some((pid, PathBuf::from(std::ffi::OsStr::from_bytes(dir))))
         })
         .collect()
-}
-
-/// Removes a cgroup (a pod's own, `/parent/scute-<id>`, or the shared default parent) in every
-/// hierarchy, if empty.
-fn remove_cgroup_dirs(path: &str) {
-    if path.is_empty() || path.split('/').any(|c| c == "..") {
-        return;
-    }
-    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    let relative = path.trim_start_matches('/');
-    for hierarchy in hierarchies.flatten() {
-        let _ = std::fs::remove_dir(hierarchy.path().join(relative));
-    }
-    // The unified hierarchy (cgroup v2 only) is /sys/fs/cgroup itself.
-    let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(relative));
 }
 
 fn remove_dir_if_exists(dir: &Path) -> std::io::Result<()> {

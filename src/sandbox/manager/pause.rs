@@ -131,8 +131,14 @@ impl SandboxManager {
 
     /// Kills pause (unless the shim reaped it already) and, with `remove`, deletes it and stops
     /// the shim.
-    pub(super) async fn stop_pause(&self, id: &str, remove: bool) -> Result<(), SandboxError> {
+    pub(super) async fn stop_pause(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
+        let id = &record.id;
         let Some(shim) = self.shim(id).await else {
+            if self.shim_gone(id) {
+                // Its shim died: whatever of pause is left goes, as the shim's kill would.
+                crate::cgroups::kill_all(&record.cgroups_path);
+                crate::cgroups::until_empty(&record.cgroups_path, STOP_TIMEOUT).await;
+            }
             return Ok(());
         };
         // A pause the shim reaped already (RemovePodSandbox after its stop) is not killed again:
