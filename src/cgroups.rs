@@ -247,7 +247,10 @@ mod tests {
             assert_eq!(hierarchy_dirs(dir), Vec::<PathBuf>::new(), "{dir:?}");
         }
         let dirs = hierarchy_dirs("/scute/scute-abc");
-        assert!(dirs.contains(&PathBuf::from("/sys/fs/cgroup/scute/scute-abc")), "{dirs:?}");
+        assert!(
+            dirs.contains(&PathBuf::from("/sys/fs/cgroup/scute/scute-abc")),
+            "{dirs:?}"
+        );
         assert!(dirs.iter().all(|d| d.ends_with("scute/scute-abc")), "{dirs:?}");
         // Nothing there: nothing killed.
         assert_eq!(kill_all("/scute/scute-no-such-cgroup"), 0);

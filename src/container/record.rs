@@ -194,10 +194,11 @@ impl ContainerRecord {
 
     /// The CRI view of the record (ContainerStatus, PodSandboxStatus, container events).
     pub fn to_cri_status(&self) -> api::ContainerStatus {
+        // Owned, so its fields move into the status.
         let config = self.config();
         api::ContainerStatus {
             id: self.id.clone(),
-            metadata: config.metadata.clone(),
+            metadata: config.metadata,
             state: self.state.to_cri() as i32,
             created_at: self.created_at,
             started_at: self.started_at,
@@ -207,19 +208,18 @@ impl ContainerRecord {
                 0
             },
             exit_code: self.exit_code,
-            image: self.reported_image(config.image.clone()),
+            image: self.reported_image(config.image),
             image_ref: self.image_id.to_string(),
             image_id: self.image_id.to_string(),
             reason: self.reason.clone(),
             message: self.message.clone(),
-            labels: config.labels.clone(),
-            annotations: config.annotations.clone(),
-            mounts: self.reported_mounts(config.mounts.clone()),
+            labels: config.labels,
+            annotations: config.annotations,
+            mounts: self.reported_mounts(config.mounts),
             log_path: self.log_path.clone(),
             resources: config
                 .linux
-                .as_ref()
-                .and_then(|l| l.resources.clone())
+                .and_then(|l| l.resources)
                 .map(|linux| api::ContainerResources {
                     linux: Some(linux),
                     ..Default::default()

@@ -371,23 +371,12 @@ impl ProcId {
         let deadline = tokio::time::Instant::now() + timeout;
         // Opened before the liveness check: a pid reused before the open fails the check (its
         // start time differs), so the pidfd waited on is this process's.
-        let pidfd = i32::try_from(self.pid)
-            .ok()
-            .and_then(|pid| scute_sys::pidfd::open(pid).ok())
-            .and_then(|fd| {
-                // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open and the same until
-                // the AsyncFd is dropped.
-                unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
-            });
+        let pidfd = self.pidfd();
         if !self.alive() {
             return true;
         }
-        if let Some(pidfd) = pidfd {
-            match tokio::time::timeout_at(deadline, pidfd.readable()).await {
-                Ok(Ok(_)) => return true,
-                Err(_) => return false,
-                Ok(Err(_)) => {} // the reactor is going away: poll /proc below
-            }
+        if let Some(exited) = until_readable(pidfd, deadline).await {
+            return exited;
         }
         while self.alive() {
             if tokio::time::Instant::now() >= deadline {
@@ -396,6 +385,27 @@ impl ProcId {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         true
+    }
+}
+
+impl ProcId {
+    /// The process's pidfd in the reactor; None where the kernel has none (before 5.3) or the
+    /// process is gone.
+    fn pidfd(&self) -> Option<AsyncFd<std::os::fd::OwnedFd>> {
+        let fd = scute_sys::pidfd::open(i32::try_from(self.pid).ok()?).ok()?;
+        // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open and the same until the
+        // AsyncFd is dropped.
+        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+    }
+}
+
+/// Sleeps on a pidfd until its process exits (Some(true)) or `deadline` (Some(false)); None
+/// when there is no pidfd to sleep on, or the reactor is going away: the caller polls /proc.
+async fn until_readable(pidfd: Option<AsyncFd<std::os::fd::OwnedFd>>, deadline: tokio::time::Instant) -> Option<bool> {
+    match tokio::time::timeout_at(deadline, pidfd?.readable()).await {
+        Ok(Ok(_)) => Some(true),
+        Err(_) => Some(false),
+        Ok(Err(_)) => None,
     }
 }
 

@@ -513,3 +513,18 @@ async fn exited_within_waits_for_the_exit() {
     };
     assert!(other.exited_within(Duration::from_secs(10)).await);
 }
+
+/// The pidfd path itself (`exited_within` falls back to polling /proc, which gives the same
+/// answers 10 ms later): it wakes at the exit, and only then.
+#[tokio::test]
+async fn the_exit_wakes_the_pidfd() {
+    let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
+    let proc_id = ProcId::of(child.id()).unwrap();
+    let soon = || tokio::time::Instant::now() + Duration::from_millis(20);
+    assert_eq!(until_readable(proc_id.pidfd(), soon()).await, Some(false));
+    let later = tokio::time::Instant::now() + Duration::from_secs(10);
+    assert_eq!(until_readable(proc_id.pidfd(), later).await, Some(true));
+    assert!(!proc_id.alive(), "woken before the exit");
+    child.wait().unwrap();
+    assert_eq!(until_readable(None, soon()).await, None);
+}
