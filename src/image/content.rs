@@ -137,6 +137,7 @@ impl ContentStore {
             file,
             resumed,
             written: resumed,
+            writeback_from: resumed,
             hasher: Sha256::new(),
         }))
     }
@@ -198,8 +199,15 @@ pub struct Ingest {
     file: File,
     resumed: u64,
     written: u64,
+    /// Where the bytes not yet handed to writeback start.
+    writeback_from: u64,
     hasher: Sha256,
 }
+
+/// A blob's writeback starts every this many bytes, so that the fsync of its commit waits for
+/// the tail alone: waiting for all of a 21 MB layer took 11-58 ms here, and about 50 ms of a
+/// 200 MB pull's 0.5 s (`cargo bench --bench pull`).
+const WRITEBACK_EVERY: u64 = 8 << 20;
 
 impl Ingest {
     /// Bytes already on disk from an earlier attempt.
@@ -231,6 +239,7 @@ impl Ingest {
         self.file.set_len(0).map_err(io_err(&self.path))?;
         self.resumed = 0;
         self.written = 0;
+        self.writeback_from = 0;
         self.hasher = Sha256::new();
         Ok(self)
     }
@@ -244,7 +253,29 @@ impl Ingest {
         self.file.write_all(chunk).map_err(io_err(&self.path))?;
         self.hasher.update(chunk);
         self.written += chunk.len() as u64;
+        if self.written - self.writeback_from >= WRITEBACK_EVERY {
+            self.start_writeback();
+        }
         Ok(())
+    }
+
+    /// Starts writing the bytes appended since the last call to the disk, without waiting
+    /// (sync_file_range(2) with SYNC_FILE_RANGE_WRITE). Durability is still the commit's fsync;
+    /// this only gets the disk going while the download goes on. nix 0.29 has no wrapper.
+    fn start_writeback(&mut self) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (
+            i64::try_from(self.writeback_from),
+            i64::try_from(self.written - self.writeback_from),
+        ) else {
+            return;
+        };
+        // SAFETY: sync_file_range on a valid fd we own, with a range inside the file; it reads
+        // and writes no memory of ours. A failure only means the fsync does all the work.
+        unsafe {
+            libc::sync_file_range(self.file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+        }
+        self.writeback_from = self.written;
     }
 
     /// Verifies the whole blob against `expected` and moves it into the store.
@@ -266,6 +297,29 @@ impl Ingest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blob_larger_than_the_writeback_step_commits_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ContentStore::open(dir.path()).unwrap();
+        let data: Vec<u8> = (0..(WRITEBACK_EVERY as usize * 2 + 12345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let d = Digest::of(&data);
+        // Resumed past the first step, then appended in uneven chunks across two more.
+        let mut ingest = store.open_ingest(&d).unwrap().unwrap();
+        ingest.append(&data[..(WRITEBACK_EVERY as usize + 7)]).unwrap();
+        drop(ingest);
+        let mut ingest = store.open_ingest(&d).unwrap().unwrap();
+        ingest.replay().unwrap();
+        for chunk in data[(WRITEBACK_EVERY as usize + 7)..].chunks(3 << 20) {
+            ingest.append(chunk).unwrap();
+        }
+        // 3 + 3 + 2.01 MiB after the resume: one step, at the last chunk.
+        assert_eq!(ingest.writeback_from, data.len() as u64, "writeback started");
+        ingest.commit(&store, &d).unwrap();
+        assert_eq!(store.read(&d).unwrap(), data);
+    }
 
     #[test]
     fn write_verifies_and_resume_rehashes() {
