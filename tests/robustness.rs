@@ -1271,4 +1271,11 @@ async fn a_killed_shim_takes_its_pod_down_and_leaves_nothing() {
     remove_pod(daemon, &base.id).await;
     assert_nothing_left(daemon, &parent, Some(&bridge));
     assert_eq!(panics_in(daemon), Vec::<String>::new());
+    // Said once, of the killed shim: a removal shutting its pod's shim down is no death.
+    assert_eq!(
+        daemon.log().matches("the pod's shim died").count(),
+        1,
+        "{}",
+        daemon.log()
+    );
 }

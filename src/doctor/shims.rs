@@ -18,7 +18,8 @@ use crate::store::{self, Store};
 pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) -> Result<Vec<Finding>, store::Error> {
     let mut findings = Vec::new();
     for record in ready(store)? {
-        let (detail, act) = match sandboxes.shim_health(&record.id).await {
+        let health = sandboxes.shim_health(&record.id).await;
+        let (detail, act) = match health {
             ShimHealth::Running => continue,
             ShimHealth::Gone => ("recorded ready, but its shim is gone", true),
             ShimHealth::PauseExited => ("recorded ready, but its pause exited", true),
@@ -28,7 +29,12 @@ pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) ->
         };
         let mut finding = Finding::new(Kind::DeadShim, record.id.clone(), 0, detail);
         if repair && act {
-            match sandboxes.pause_exited(&record.id).await {
+            // A dead shim's pause may still run: it goes too.
+            let marked = match health {
+                ShimHealth::Gone => sandboxes.shim_died(&record.id).await,
+                _ => sandboxes.pause_exited(&record.id).await,
+            };
+            match marked {
                 Ok(()) => finding.repaired = true,
                 Err(e) => finding.detail.push_str(&format!("; not marked NotReady: {e}")),
             }

@@ -101,11 +101,11 @@ impl ContainerManager {
         }
     }
 
-    /// The pod's shim died (SIGKILLed, crashed) under it: its running containers are recorded
-    /// exited (255, "the pod's shim is gone") and released, which kills what is left of them;
-    /// then pause goes and the pod is NotReady, as containerd does with a dead shim's tasks.
+    /// The pod's shim is gone: its running containers are recorded exited (255, "the pod's shim
+    /// is gone") and released, which kills what is left of them; then, if the pod was Ready
+    /// (its shim died under it, not shut down by its removal), pause goes and the pod is
+    /// NotReady, as containerd does with a dead shim's tasks.
     async fn shim_died(&self, sandbox_id: &str) {
-        tracing::warn!(sandbox = %sandbox_id, "the pod's shim died");
         self.refresh_running_in(sandbox_id).await;
         if let Err(e) = self.sandboxes.shim_died(sandbox_id).await {
             tracing::warn!(sandbox = %sandbox_id, error = %e, "recording that the shim died");

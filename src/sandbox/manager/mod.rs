@@ -420,16 +420,13 @@ impl SandboxManager {
         }
     }
 
-    /// The shim of `id` died (SIGKILLed, crashed) while its pod ran: pause and whatever else is
-    /// left in its cgroup are killed (libcontainer's delete, which would do it, ran in the shim;
-    /// containerd kills a dead shim's tasks too), and the pod becomes NotReady as when pause
-    /// exits. Its containers are the container manager's.
+    /// The shim of `id` died (SIGKILLed, crashed) while its pod was Ready: pause and whatever
+    /// else is left in its cgroup are killed (libcontainer's delete, which would do it, ran in
+    /// the shim; containerd kills a dead shim's tasks too), and the pod becomes NotReady as when
+    /// pause exits. Nothing for a pod already stopped or removed, whose shim its removal shut
+    /// down. Its containers are the container manager's.
     pub async fn shim_died(&self, id: &str) -> Result<(), SandboxError> {
-        if let Some(record) = self.store.get::<SandboxRecord>(id)? {
-            let killed = crate::cgroups::kill_all(&record.cgroups_path);
-            tracing::warn!(sandbox = %id, killed, "the pod's shim died: its pause is killed");
-        }
-        self.pause_exited(id).await
+        self.stopped_by_itself(id, true).await
     }
 
     /// For `scute doctor`: whether the shim of `id` is gone (its socket refuses, or the cached
@@ -482,6 +479,10 @@ impl SandboxManager {
     /// its STOPPED event goes out, the Evented PLEG's only news of it. Once: a StopPodSandbox
     /// that comes first stores NotReady itself (and sends the event).
     pub async fn pause_exited(&self, id: &str) -> Result<(), SandboxError> {
+        self.stopped_by_itself(id, false).await
+    }
+
+    async fn stopped_by_itself(&self, id: &str, shim_died: bool) -> Result<(), SandboxError> {
         let _lock = self.id_locks.lock(id).await;
         let Some(mut record) = self.store.get::<SandboxRecord>(id)? else {
             return Ok(());
@@ -489,8 +490,13 @@ impl SandboxManager {
         if !record.stopped() {
             return Ok(());
         }
+        if shim_died {
+            let killed = crate::cgroups::kill_all(&record.cgroups_path);
+            tracing::warn!(sandbox = %id, killed, "the pod's shim died: pod sandbox NotReady, its pause killed");
+        } else {
+            tracing::warn!(sandbox = %id, "pause exited by itself: pod sandbox NotReady");
+        }
         self.store.put(&record)?;
-        tracing::warn!(sandbox = %id, "pause exited by itself: pod sandbox NotReady");
         self.send_event(id, api::ContainerEventType::ContainerStoppedEvent)
             .await;
         Ok(())
