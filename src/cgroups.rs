@@ -86,75 +86,128 @@ pub fn dir(cgroups_path: &str) -> String {
     }
 }
 
-/// The directories of the cgroup at cgroupfs path `dir` (from [`dir`]): one per mounted v1
-/// hierarchy, the unified one of a hybrid host, and on cgroup v2 `/sys/fs/cgroup` itself. Most
-/// do not exist on a given host; nothing for the root or a path that climbs.
+/// The directories of the cgroup at cgroupfs path `dir` (from [`dir`]): on cgroup v2 the one
+/// under /sys/fs/cgroup; otherwise one per hierarchy mounted there (each v1 controller, and the
+/// unified one of a hybrid host). Most do not exist for a given cgroup; nothing for the root or
+/// a path that climbs.
 fn hierarchy_dirs(dir: &str) -> Vec<PathBuf> {
     let relative = dir.trim_start_matches('/');
     if relative.is_empty() || relative.split('/').any(|c| c == "..") {
         return Vec::new();
     }
     let root = Path::new("/sys/fs/cgroup");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+    if unified_only() {
+        // Its entries are cgroups, not hierarchies.
+        return vec![root.join(relative)];
+    }
+    std::fs::read_dir(root)
         .into_iter()
         .flatten()
         .flatten()
-        .map(|hierarchy| hierarchy.path().join(relative))
-        .collect();
-    dirs.push(root.join(relative));
-    dirs
+        .map(|hierarchy| hierarchy.path())
+        .filter(|hierarchy| scute_sys::mountinfo::is_mountpoint(hierarchy))
+        .map(|hierarchy| hierarchy.join(relative))
+        .collect()
+}
+
+/// `dir` and every cgroup below it (a container may make its own), children before parents;
+/// empty when `dir` does not exist.
+fn subtree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(subtree(&entry.path()));
+        }
+    }
+    found.push(dir.to_path_buf());
+    found
+}
+
+/// Every cgroup directory of the cgroup at cgroupfs path `dir` and below it, in every hierarchy.
+fn tree_dirs(dir: &str) -> Vec<PathBuf> {
+    hierarchy_dirs(dir).iter().flat_map(|d| subtree(d)).collect()
+}
+
+/// The processes in the cgroups `dirs`.
+fn procs_in(dirs: &[PathBuf]) -> BTreeSet<i32> {
+    dirs.iter()
+        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+        .flat_map(|procs| {
+            procs
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// SIGKILLs every process left in the cgroup of a pod member (pause or a container) whose shim
-/// died: libcontainer's delete, which would do it, runs in the shim. Returns how many there
-/// were. Each is signalled through a pidfd opened while it is still in the cgroup, so a pid
-/// reused meanwhile is never hit. By hand: libcgroups is the shim's, and this is a read and a
-/// kill.
+/// died, and below it: libcontainer's delete, which would do it, runs in the shim. Returns how
+/// many it signalled. By hand: libcgroups is the shim's, and this is a read and a kill.
 pub fn kill_all(cgroups_path: &str) -> usize {
     let cgroup = dir(cgroups_path);
-    let mut pids = BTreeSet::new();
-    for dir in hierarchy_dirs(&cgroup) {
-        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-        }
-    }
-    for &pid in &pids {
-        let Ok(pidfd) = scute_sys::pidfd::open(pid) else {
-            continue;
-        };
-        if in_cgroup(pid, &cgroup) {
-            let _ = scute_sys::pidfd::send_signal(pidfd.as_fd(), libc::SIGKILL);
-        }
-    }
-    // cgroup v2 (Linux 5.14+) kills the whole subtree at once, sub-cgroups and forks included.
-    for dir in hierarchy_dirs(&cgroup) {
+    let dirs = hierarchy_dirs(&cgroup);
+    let killed = procs_in(&dirs.iter().flat_map(|d| subtree(d)).collect::<Vec<_>>())
+        .into_iter()
+        .filter(|&pid| kill_member(pid, &cgroup))
+        .count();
+    // cgroup v2 (Linux 5.14+) kills the whole subtree at once, forks included.
+    for dir in dirs {
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");
     }
-    pids.len()
+    killed
 }
 
-/// Whether process `pid` is in the cgroup at `dir` in some hierarchy (/proc/<pid>/cgroup).
+/// SIGKILLs `pid` if it is in the cgroup at `cgroup` or below. Through a pidfd opened before
+/// that check, so a pid reused meanwhile is never hit; before Linux 5.3 (no pidfds), with
+/// kill(2) right after the check, which leaves that race open for a moment (runc freezes the
+/// cgroup to close it).
+fn kill_member(pid: i32, cgroup: &str) -> bool {
+    match scute_sys::pidfd::open(pid) {
+        Ok(pidfd) => in_cgroup(pid, cgroup) && scute_sys::pidfd::send_signal(pidfd.as_fd(), libc::SIGKILL).is_ok(),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            use nix::sys::signal::{kill, Signal};
+            in_cgroup(pid, cgroup) && kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).is_ok()
+        }
+        Err(_) => false, // exited meanwhile
+    }
+}
+
+/// Whether process `pid` is in the cgroup at `dir`, or below it, in some hierarchy
+/// (/proc/<pid>/cgroup).
 fn in_cgroup(pid: i32, dir: &str) -> bool {
+    let within = |path: &str| {
+        path.strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .is_ok_and(|lines| lines.lines().any(|l| l.splitn(3, ':').nth(2) == Some(dir)))
+        .is_ok_and(|lines| lines.lines().any(|l| l.splitn(3, ':').nth(2).is_some_and(within)))
 }
 
-/// Waits until no process is left in the cgroup at `cgroups_path` (after [`kill_all`]: the
-/// killed exit and are reaped by init), up to `timeout`. True if it emptied.
+/// Waits until no process is left in the cgroup at `cgroups_path` or below it (after
+/// [`kill_all`]: the killed exit and are reaped by init), up to `timeout`. True if it emptied.
 pub async fn until_empty(cgroups_path: &str, timeout: std::time::Duration) -> bool {
-    let dirs = hierarchy_dirs(&dir(cgroups_path));
+    let cgroup = dir(cgroups_path);
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let populated = dirs
-            .iter()
-            .any(|d| std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|procs| !procs.trim().is_empty()));
-        if !populated {
+        if procs_in(&tree_dirs(&cgroup)).is_empty() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Removes the cgroup of a pod member whose shim died and the cgroups it made below it, in
+/// every hierarchy, where empty.
+pub fn remove_tree(cgroups_path: &str) {
+    for dir in tree_dirs(&dir(cgroups_path)) {
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -247,11 +300,12 @@ mod tests {
             assert_eq!(hierarchy_dirs(dir), Vec::<PathBuf>::new(), "{dir:?}");
         }
         let dirs = hierarchy_dirs("/scute/scute-abc");
+        assert!(!dirs.is_empty());
         assert!(
-            dirs.contains(&PathBuf::from("/sys/fs/cgroup/scute/scute-abc")),
+            dirs.iter().all(|d| d.ends_with("scute/scute-abc")
+                && scute_sys::mountinfo::is_mountpoint(d.parent().unwrap().parent().unwrap())),
             "{dirs:?}"
         );
-        assert!(dirs.iter().all(|d| d.ends_with("scute/scute-abc")), "{dirs:?}");
         // Nothing there: nothing killed.
         assert_eq!(kill_all("/scute/scute-no-such-cgroup"), 0);
     }

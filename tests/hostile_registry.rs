@@ -37,6 +37,9 @@ const MAX_SENT: u64 = 32 << 20;
 enum Body {
     /// With its Content-Length.
     Sized(Vec<u8>),
+    /// The same, and a `Range: bytes=N-` request is answered 206 with bytes N onwards (as
+    /// distribution does).
+    Ranged(Vec<u8>),
     /// Chunked, no Content-Length.
     Chunked(Vec<u8>),
     /// `head`, then spaces up to `len` bytes (JSON allows trailing whitespace), announced with
@@ -60,6 +63,7 @@ impl Body {
         let mut hasher = Sha256::new();
         match self {
             Body::Sized(b)
+            | Body::Ranged(b)
             | Body::Chunked(b)
             | Body::Drip { data: b, .. }
             | Body::Encoded { data: b, .. }
@@ -190,6 +194,12 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
         name.eq_ignore_ascii_case("authorization")
             .then(|| value.trim().to_string())
     });
+    let range_from = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        let value = value.trim().strip_prefix("bytes=")?.strip_suffix('-')?;
+        name.eq_ignore_ascii_case("range")
+            .then(|| value.parse::<usize>().ok())?
+    });
     shared.seen.lock().unwrap().push((path.clone(), authorization.clone()));
     let demanded = shared.auth.lock().unwrap().clone();
     if demanded.is_some() && authorization != demanded {
@@ -228,8 +238,21 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
             .await;
         return;
     }
+    let digest = body.digest_if_small();
+    let (status, body) = match (body, range_from) {
+        (Body::Ranged(data), Some(from)) if from < data.len() => (
+            format!(
+                "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
+                data.len() - 1,
+                data.len()
+            ),
+            Body::Sized(data[from..].to_vec()),
+        ),
+        (Body::Ranged(data), _) => ("200 OK".to_string(), Body::Sized(data)),
+        (body, _) => ("200 OK".to_string(), body),
+    };
     let (length, chunked) = match &body {
-        Body::Redirect(_) => unreachable!("answered above"),
+        Body::Redirect(_) | Body::Ranged(_) => unreachable!("answered above"),
         Body::Sized(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } | Body::Stall { data: b, .. } => {
             (Some(b.len() as u64), false)
         }
@@ -240,13 +263,13 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
         Some(len) => format!("Content-Length: {len}\r\n"),
         None => "Transfer-Encoding: chunked\r\n".to_string(),
     };
-    let digest = body.digest_if_small();
     let coding = match &body {
         Body::Encoded { coding, .. } => format!("Content-Encoding: {coding}\r\n"),
         _ => String::new(),
     };
-    let header =
-        format!("HTTP/1.1 200 OK\r\nContent-Type: {media_type}\r\n{framing}{coding}{digest}Connection: close\r\n\r\n");
+    let header = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {media_type}\r\n{framing}{coding}{digest}Connection: close\r\n\r\n"
+    );
     if conn.write_all(header.as_bytes()).await.is_err() || method == "HEAD" {
         return;
     }
@@ -261,7 +284,9 @@ impl Body {
     /// registry may send them).
     fn digest_if_small(&self) -> String {
         match self {
-            Body::Sized(_) | Body::Chunked(_) => format!("Docker-Content-Digest: {}\r\n", self.digest()),
+            Body::Sized(_) | Body::Ranged(_) | Body::Chunked(_) => {
+                format!("Docker-Content-Digest: {}\r\n", self.digest())
+            }
             Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } | Body::Encoded { .. } | Body::Stall { .. } => {
                 String::new()
             }
@@ -275,7 +300,7 @@ async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &Ato
     let (head, len) = match body {
         Body::Sized(b) | Body::Chunked(b) | Body::Encoded { data: b, .. } => (b.as_slice(), b.len() as u64),
         Body::Padded { head, len, .. } => (head.as_slice(), *len),
-        Body::Redirect(_) => return Ok(()),
+        Body::Redirect(_) | Body::Ranged(_) => return Ok(()), // answered as Sized
         Body::Drip { data, every } => {
             for byte in data {
                 conn.write_all(std::slice::from_ref(byte)).await?;
@@ -837,6 +862,22 @@ async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains(&layer_digest), "{}", err.message());
 
+    // The same lie answered as a range (206, which oci-client does not hash): the content
+    // store's own check refuses it (the truth served that way pulls, below).
+    let mut lie = layer.clone();
+    lie[last] ^= 1;
+    serve_image_with_layer(
+        &registry,
+        "hostile/lie-ranged",
+        layer.len() as u64,
+        &layer_digest,
+        &layer_digest,
+        Body::Ranged(lie),
+    );
+    let err = pull(&daemon, &registry.image("hostile/lie-ranged")).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains(&layer_digest), "{}", err.message());
+
     // A blob that redirects to itself: the redirect limit ends it, in seconds.
     let path = format!("/v2/hostile/loop/blobs/{layer_digest}");
     serve_image_with_layer(
@@ -853,9 +894,20 @@ async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
     assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
     assert_ne!(err.code(), Code::Internal, "{err:?}");
 
-    // None of it was kept, and the daemon still pulls a good image.
+    // None of it was kept, and the daemon still pulls a good image, also served as ranges.
     assert_no_image_kept(&daemon).await;
     assert_pulls_on(&daemon, &registry, "hostile/after").await;
+    let ranged = one_file_tar("ranged.txt", b"served as ranges");
+    let ranged_digest = sha256(&ranged);
+    serve_image_with_layer(
+        &registry,
+        "hostile/ranged",
+        ranged.len() as u64,
+        &ranged_digest,
+        &ranged_digest,
+        Body::Ranged(ranged),
+    );
+    pull(&daemon, &registry.image("hostile/ranged")).await.unwrap();
 }
 
 /// (g) Credentials go to the registry they were given for and nowhere else: a blob redirected

@@ -29,9 +29,10 @@ pub async fn examine(sandboxes: &SandboxManager, store: &Store, repair: bool) ->
         };
         let mut finding = Finding::new(Kind::DeadShim, record.id.clone(), 0, detail);
         if repair && act {
-            // A dead shim's pause may still run: it goes too.
+            // A dead shim's pause may still run: it goes too, once the socket confirms the
+            // death (a connection that ended is no proof).
             let marked = match health {
-                ShimHealth::Gone => sandboxes.shim_died(&record.id).await,
+                ShimHealth::Gone if sandboxes.shim_gone(&record.id).await => sandboxes.shim_died(&record.id).await,
                 _ => sandboxes.pause_exited(&record.id).await,
             };
             match marked {

@@ -388,14 +388,23 @@ impl Remote {
                 .client
                 .store_auth_if_needed(endpoint.reference.resolve_registry(), &endpoint.auth)
                 .await;
-            let result = endpoint
-                .client
-                .pull_blob_stream_partial(&endpoint.reference, descriptor, offset, None)
-                .await
-                .map(|r| match r {
-                    BlobResponse::Full(s) => (s, false),
-                    BlobResponse::Partial(s) => (s, offset > 0),
-                });
+            let result = if offset == 0 && descriptor.size == 0 {
+                // `bytes=0-` of nothing is unsatisfiable (416): an empty blob is asked whole.
+                endpoint
+                    .client
+                    .pull_blob_stream(&endpoint.reference, descriptor)
+                    .await
+                    .map(|s| (s, false))
+            } else {
+                endpoint
+                    .client
+                    .pull_blob_stream_partial(&endpoint.reference, descriptor, offset, None)
+                    .await
+                    .map(|r| match r {
+                        BlobResponse::Full(s) => (s, false),
+                        BlobResponse::Partial(s) => (s, offset > 0),
+                    })
+            };
             match result {
                 Ok(stream) => return Ok(stream),
                 Err(e) => errors.push((endpoint.describe(), classify(&self.image, e))),

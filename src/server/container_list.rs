@@ -46,7 +46,15 @@ impl Cri {
             let behind =
                 record.state == ContainerState::Running && !self.sandboxes.exit_notices.is_pushing(&record.sandbox_id);
             let record = match behind {
-                true => Arc::new(self.containers.refresh(Arc::unwrap_or_clone(record)).await?),
+                // A shim that does not answer costs its containers their freshness, not the
+                // whole list (the kubelet's relist).
+                true => match self.containers.refresh((*record).clone()).await {
+                    Ok(refreshed) => Arc::new(refreshed),
+                    Err(e) => {
+                        tracing::warn!(container = %record.id, error = %e, "listed as last stored");
+                        record
+                    }
+                },
                 false => record,
             };
             if let Some(wanted) = &filter.state {

@@ -25,14 +25,14 @@ impl ContainerManager {
                     return;
                 }
                 let Some(shim) = this.sandboxes.shim_for(&sandbox_id).await else {
-                    if this.sandboxes.shim_gone(&sandbox_id) {
+                    if this.sandboxes.shim_gone(&sandbox_id).await {
                         this.shim_died(&sandbox_id).await;
                     }
                     return;
                 };
                 let mut exits = match shim.subscribe_exits().await {
                     Ok(exits) => exits,
-                    Err(ShimError::Gone(_)) if this.sandboxes.shim_gone(&sandbox_id) => {
+                    Err(ShimError::Gone(_)) if this.sandboxes.shim_gone(&sandbox_id).await => {
                         drop(shim);
                         this.shim_died(&sandbox_id).await;
                         return;

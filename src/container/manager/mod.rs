@@ -568,11 +568,25 @@ impl ContainerManager {
             return Ok(record);
         }
         let Ok(shim) = self.shim(&record.sandbox_id).await else {
+            if !self.sandboxes.shim_gone(&record.sandbox_id).await {
+                // Alive but not answering (a loaded node): no exit is made up.
+                return Err(ContainerError::FailedPrecondition(format!(
+                    "the shim of pod sandbox {} does not answer",
+                    record.sandbox_id
+                )));
+            }
+            // The shim writes each exit it reaps to disk before reporting it: one from before
+            // it died is the container's own (a Job's 0 stays a success).
+            let shim_dir = crate::sandbox::manager::shim_dir(&self.config.state, &record.sandbox_id);
+            let reaped = crate::shim_client::read_exit_file(&shim_dir, &record.id).ok().flatten();
             return self
-                .commit_exit(&record.id, |r| {
-                    r.exited(255, scute_sys::clock::now_nanos(), false);
-                    r.reason = "Unknown".into();
-                    r.message = "the pod's shim is gone".into();
+                .commit_exit(&record.id, |r| match reaped {
+                    Some(exit) => r.exited(exit.exit_code, exit.finished_at_ns, exit.oom_killed),
+                    None => {
+                        r.exited(255, scute_sys::clock::now_nanos(), false);
+                        r.reason = "Unknown".into();
+                        r.message = "the pod's shim is gone".into();
+                    }
                 })
                 .await;
         };

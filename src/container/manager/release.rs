@@ -29,15 +29,16 @@ impl ContainerManager {
 
     /// Releases what an exited container holds and its record does not need; the writable layer
     /// (its stats), the log and the record stay. Once released the rootfs is no mount, which
-    /// makes a second call a stat. Left to RemoveContainer when the pod's shim does not answer
-    /// (its part would be skipped) or something fails, which is logged: the container has
-    /// stopped all the same. The caller holds the container's lock.
+    /// makes a second call a stat. When the pod's shim is gone (it died) the daemon does the
+    /// shim's part; left to RemoveContainer when the shim only does not answer, or something
+    /// fails, which is logged: the container has stopped all the same. The caller holds the
+    /// container's lock.
     pub(super) async fn release_exited(&self, record: &ContainerRecord) {
         if record.state != ContainerState::Exited || !self.rootfs_mounted(record) {
             return;
         }
         let shim = self.shim(&record.sandbox_id).await.ok();
-        if shim.is_none() && !self.sandboxes.shim_gone(&record.sandbox_id) {
+        if shim.is_none() && !self.sandboxes.shim_gone(&record.sandbox_id).await {
             tracing::warn!(container = %record.id, "the pod's shim does not answer: release left to RemoveContainer");
             return;
         }
@@ -60,12 +61,12 @@ impl ContainerManager {
             },
             // The shim died before its part was done: its processes and cgroup are the daemon's
             // to end, as libcontainer's delete would have (containerd kills a dead shim's tasks).
-            None if self.rootfs_mounted(record) && self.sandboxes.shim_gone(&record.sandbox_id) => {
+            None if self.rootfs_mounted(record) && self.sandboxes.shim_gone(&record.sandbox_id).await => {
                 let killed = crate::cgroups::kill_all(&record.cgroups_path);
                 if !crate::cgroups::until_empty(&record.cgroups_path, KILL_TIMEOUT).await {
                     tracing::warn!(container = %record.id, "processes left in its cgroup after SIGKILL");
                 }
-                crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
+                crate::cgroups::remove_tree(&record.cgroups_path);
                 tracing::info!(container = %record.id, killed, "released after its shim died");
             }
             None => {}

@@ -412,9 +412,10 @@ impl SandboxManager {
     /// Whether the shim of `id` is gone for good: its socket is missing or refuses connections,
     /// which a live shim's never does (a busy one queues them). Not a timeout's guess: this is
     /// what the daemon kills a pod's leftover processes on.
-    pub fn shim_gone(&self, id: &str) -> bool {
+    pub async fn shim_gone(&self, id: &str) -> bool {
         let socket = self.shim_dir(id).join(crate::shim_client::SOCKET_FILE);
-        match std::os::unix::net::UnixStream::connect(&socket) {
+        // Non-blocking: a shim whose backlog is full answers EAGAIN (alive), never a wait.
+        match tokio::net::UnixStream::connect(&socket).await {
             Ok(_) => false,
             Err(e) => matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused),
         }
@@ -433,7 +434,7 @@ impl SandboxManager {
     /// connection finds nobody), its pause exited, or it did not answer (a loaded node: not a
     /// verdict).
     pub async fn shim_health(&self, id: &str) -> ShimHealth {
-        if self.shim_gone(id) {
+        if self.shim_gone(id).await {
             return ShimHealth::Gone;
         }
         let Some(shim) = self.shim(id).await else {
@@ -474,7 +475,7 @@ impl SandboxManager {
         Ok(())
     }
 
-    /// The pause of `id` exited, or its shim is gone, without a StopPodSandbox: a Ready sandbox
+    /// The pause of `id` exited without a StopPodSandbox: a Ready sandbox
     /// becomes NotReady (its network stays until the kubelet stops it, as with containerd) and
     /// its STOPPED event goes out, the Evented PLEG's only news of it. Once: a StopPodSandbox
     /// that comes first stores NotReady itself (and sends the event).

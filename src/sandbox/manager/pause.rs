@@ -134,7 +134,7 @@ impl SandboxManager {
     pub(super) async fn stop_pause(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
         let id = &record.id;
         let Some(shim) = self.shim(id).await else {
-            if self.shim_gone(id) {
+            if self.shim_gone(id).await {
                 // Its shim died: whatever of pause is left goes, as the shim's kill would.
                 crate::cgroups::kill_all(&record.cgroups_path);
                 crate::cgroups::until_empty(&record.cgroups_path, STOP_TIMEOUT).await;
