@@ -110,9 +110,9 @@ fn hierarchy_dirs(dir: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `dir` and every cgroup below it (a container may make its own), children before parents;
-/// empty when `dir` does not exist.
-fn subtree(dir: &Path) -> Vec<PathBuf> {
+/// `dir` and every cgroup below it (a container may make its own), children before parents
+/// (the order rmdir needs); empty when `dir` does not exist.
+pub(crate) fn subtree(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return found;
@@ -126,14 +126,10 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Every cgroup directory of the cgroup at cgroupfs path `dir` and below it, in every hierarchy.
-fn tree_dirs(dir: &str) -> Vec<PathBuf> {
-    hierarchy_dirs(dir).iter().flat_map(|d| subtree(d)).collect()
-}
-
-/// The processes in the cgroups `dirs`.
-fn procs_in(dirs: &[PathBuf]) -> BTreeSet<i32> {
+/// The processes in the cgroups `dirs` and below them.
+pub(crate) fn procs_below(dirs: &[PathBuf]) -> BTreeSet<i32> {
     dirs.iter()
+        .flat_map(|d| subtree(d))
         .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
         .flat_map(|procs| {
             procs
@@ -150,7 +146,7 @@ fn procs_in(dirs: &[PathBuf]) -> BTreeSet<i32> {
 pub fn kill_all(cgroups_path: &str) -> usize {
     let cgroup = dir(cgroups_path);
     let dirs = hierarchy_dirs(&cgroup);
-    let killed = procs_in(&dirs.iter().flat_map(|d| subtree(d)).collect::<Vec<_>>())
+    let killed = procs_below(&dirs)
         .into_iter()
         .filter(|&pid| kill_member(pid, &cgroup))
         .count();
@@ -193,7 +189,7 @@ pub async fn until_empty(cgroups_path: &str, timeout: std::time::Duration) -> bo
     let cgroup = dir(cgroups_path);
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if procs_in(&tree_dirs(&cgroup)).is_empty() {
+        if procs_below(&hierarchy_dirs(&cgroup)).is_empty() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -206,7 +202,7 @@ pub async fn until_empty(cgroups_path: &str, timeout: std::time::Duration) -> bo
 /// Removes the cgroup of a pod member whose shim died and the cgroups it made below it, in
 /// every hierarchy, where empty.
 pub fn remove_tree(cgroups_path: &str) {
-    for dir in tree_dirs(&dir(cgroups_path)) {
+    for dir in hierarchy_dirs(&dir(cgroups_path)).iter().flat_map(|d| subtree(d)) {
         let _ = std::fs::remove_dir(dir);
     }
 }

@@ -134,31 +134,9 @@ fn member_id(name: &str) -> Option<&str> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
-/// The processes in the cgroup (and below it), in every hierarchy.
+/// The processes in the cgroup (and below it), in every hierarchy, in order.
 fn procs(dirs: &[PathBuf]) -> Vec<i32> {
-    let mut pids: Vec<i32> = dirs
-        .iter()
-        .flat_map(|d| subtree(d))
-        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
-        .flat_map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect::<Vec<i32>>())
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids
-}
-
-/// `dir` and the cgroups below it, deepest first (the order rmdir needs).
-fn subtree(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                out.extend(subtree(&entry.path()));
-            }
-        }
-    }
-    out.push(dir.to_path_buf());
-    out
+    crate::cgroups::procs_below(dirs).into_iter().collect()
 }
 
 /// The state dirs of the live scute-shims not under `ours` (another daemon's).
@@ -173,7 +151,7 @@ fn other_shims(ours: &Path) -> Vec<PathBuf> {
 /// Thaws the cgroup (a frozen process never dies), kills what is in it and removes it in every
 /// hierarchy; says why not in `detail` when it cannot.
 fn remove(dirs: &[PathBuf], detail: &mut String) -> bool {
-    let all: Vec<PathBuf> = dirs.iter().flat_map(|d| subtree(d)).collect();
+    let all: Vec<PathBuf> = dirs.iter().flat_map(|d| crate::cgroups::subtree(d)).collect();
     for dir in &all {
         let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
         let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
