@@ -484,3 +484,126 @@ async fn a_container_keeps_its_layers_when_its_image_is_removed() {
     pod.wait_log("main", "stdout F still here").await;
     pod.remove_all().await;
 }
+
+/// StopPodSandbox ends the pod's shim once it holds nothing but pause (the kubelet keeps a
+/// finished Job's stopped pod, which then costs no process); the exited container keeps its
+/// status and log, and removal leaves nothing. A shim that still holds a container never
+/// started stays until RemovePodSandbox, which ends it and that container's process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
+    let pod = pod("shimless").await;
+    let dir = pod.daemon.dir().to_path_buf();
+    let done = pod.run(container("done", "echo bye; exit 3")).await;
+    pod.wait_exited(&done).await;
+    let cgroups_path = status_info(&pod, &done).await["cgroupsPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The shim's short-lived helpers (its release of the exit) carry its command line.
+    let settled = |n: usize| {
+        let dir = dir.clone();
+        async move {
+            for _ in 0..100 {
+                if common::shims_of(&dir).len() == n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }
+    };
+    assert!(
+        settled(1).await,
+        "a running pod has one shim: {:?}",
+        common::shims_of(&dir)
+    );
+
+    let mut runtime = pod.daemon.runtime().await;
+    runtime
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(common::shims_of(&dir), Vec::new(), "the stopped pod's shim is left");
+    let status = pod.status(&done).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerExited);
+    assert_eq!(status.exit_code, 3);
+    assert!(pod.log("done").contains("bye"), "{}", pod.log("done"));
+    assert_eq!(pod.containers().await.len(), 1);
+    // A second stop (the kubelet retries) finds no shim and succeeds.
+    runtime
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    runtime
+        .remove_container(api::RemoveContainerRequest {
+            container_id: done.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(held_on_the_node(&pod, &done, &cgroups_path), (Vec::new(), Vec::new()));
+    runtime
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(!pod.daemon.state.join("shims").join(&pod.id[..32]).exists());
+
+    // A pod with a container created and never started keeps its shim when stopped.
+    let mut config = pod.config.clone();
+    config.metadata.as_mut().unwrap().name = "holding".into();
+    config.metadata.as_mut().unwrap().uid = "uid-holding".into();
+    let holding = runtime
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let created = runtime
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: holding.clone(),
+            config: Some(container("never", "exit 0")),
+            sandbox_config: Some(config),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+    let init = status_info(&pod, &created).await["pid"].as_i64().unwrap();
+    assert!(
+        init > 0 && alive(init),
+        "the created container's init waits in the shim"
+    );
+    runtime
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: holding.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        common::shims_of(&dir).len(),
+        1,
+        "the shim holding a created container ended"
+    );
+    assert_eq!(
+        pod.status(&created).await.state(),
+        api::ContainerState::ContainerCreated
+    );
+    runtime
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: holding.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(common::shims_of(&dir), Vec::new());
+    assert!(!alive(init), "the created container's init outlived its pod");
+    assert_eq!(common::mounts_under(&dir), Vec::<String>::new());
+    assert_eq!(pod.containers().await, Vec::new());
+}

@@ -1279,3 +1279,104 @@ async fn a_killed_shim_takes_its_pod_down_and_leaves_nothing() {
         daemon.log()
     );
 }
+
+/// A container that exited while the daemon was down, its shim then SIGKILLed: the exit the
+/// shim had written to disk before it died is the container's (a Job's 0 stays a success), not
+/// the 255 of a shim gone under a running container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_shims_written_exit_is_kept() {
+    let parent = CgroupParent::new("deadshimexit");
+    let mut base = pod("deadshimexitbase").await;
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config("deadshimexit", &parent, logs.path(), true);
+    let (sandbox, id, pid) = {
+        let daemon = &base.daemon;
+        let sandbox = run_pod(daemon, &config, None).await.unwrap();
+        let script = "trap 'exit 0' TERM; while :; do sleep 0.1; done";
+        let id = create_container(daemon, &sandbox, &config, &container("job", script), None)
+            .await
+            .unwrap();
+        daemon
+            .runtime()
+            .await
+            .start_container(api::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap();
+        let info = daemon
+            .runtime()
+            .await
+            .container_status(api::ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .info;
+        let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
+        (sandbox, id, info["pid"].as_i64().unwrap() as i32)
+    };
+    let shim_dir = base.daemon.state.join("shims").join(&sandbox[..32]);
+    let shim = shims_of(&shim_dir);
+    assert_eq!(shim.len(), 1, "{shim:?}");
+
+    // With the daemon down, the container exits 0 and its shim writes the exit; then the shim
+    // is killed before any daemon has heard of it.
+    base.daemon.kill();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exit_file = shim_dir.join("exits").join(format!("{id}.json"));
+    eventually("the shim wrote the exit", || {
+        let exit_file = exit_file.clone();
+        async move { exit_file.exists().then_some(()) }
+    })
+    .await;
+    let shim_pid = shim[0].0;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim_pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    eventually(
+        "the shim ended",
+        move || async move { (!alive(shim_pid)).then_some(()) },
+    )
+    .await;
+
+    base.daemon.start_again();
+    let daemon = &base.daemon;
+    let _log = LogOnFailure::of(daemon);
+    let status = eventually("the container recorded exited", || {
+        let id = id.clone();
+        async move {
+            daemon
+                .runtime()
+                .await
+                .container_status(api::ContainerStatusRequest {
+                    container_id: id,
+                    verbose: false,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+                .filter(|s| s.state() == api::ContainerState::ContainerExited)
+        }
+    })
+    .await;
+    assert_eq!(
+        (status.exit_code, status.reason.as_str()),
+        (0, "Completed"),
+        "{status:?}"
+    );
+    let pods = daemon.pods().await;
+    let ours = pods.iter().find(|p| p.id == sandbox).unwrap();
+    assert_eq!(ours.state, api::PodSandboxState::SandboxNotready as i32);
+
+    let mut runtime = daemon.runtime().await;
+    runtime
+        .remove_container(api::RemoveContainerRequest { container_id: id })
+        .await
+        .unwrap();
+    remove_pod(daemon, &sandbox).await;
+    base.remove_all().await;
+    assert_nothing_left(daemon, &parent, None);
+    assert_eq!(panics_in(daemon), Vec::<String>::new());
+}

@@ -18,7 +18,10 @@ impl Cri {
         self.containers
             .stop_all_in(&request.pod_sandbox_id, std::time::Duration::from_secs(10))
             .await?;
-        self.sandboxes.stop(&request.pod_sandbox_id).await?;
+        // A shim left with nothing but pause ends with the stop; one that holds a container
+        // never started stays for RemovePodSandbox (as containerd's does for its task).
+        let end_shim = !self.containers.shim_holds_any_in(&request.pod_sandbox_id)?;
+        self.sandboxes.stop(&request.pod_sandbox_id, end_shim).await?;
         Ok(StopPodSandboxResponse {})
     }
 }

@@ -665,6 +665,16 @@ impl ContainerManager {
         Ok(())
     }
 
+    /// Whether the pod's shim may still hold one of its containers: one never started (its init
+    /// waits in the shim), one running, or an exit not yet released (its rootfs still mounted).
+    /// StopPodSandbox ends a shim that holds none of them.
+    pub fn shim_holds_any_in(&self, sandbox_id: &str) -> Result<bool, ContainerError> {
+        Ok(self
+            .in_sandbox(sandbox_id)?
+            .iter()
+            .any(|c| c.state != ContainerState::Exited || self.rootfs_mounted(c)))
+    }
+
     /// Removes every container of a pod (RemovePodSandbox).
     pub async fn remove_all_in(&self, sandbox_id: &str) -> Result<(), ContainerError> {
         for record in self.in_sandbox(sandbox_id)? {

@@ -77,7 +77,7 @@ impl ContainerManager {
         crate::snapshot::idmap::unmount_idmapped_views(&dir).map_err(failed("unmounting the idmapped views"))
     }
 
-    fn rootfs_mounted(&self, record: &ContainerRecord) -> bool {
+    pub(super) fn rootfs_mounted(&self, record: &ContainerRecord) -> bool {
         scute_sys::mountinfo::is_mountpoint(&self.dir(&record.id).join("rootfs"))
     }
 

@@ -261,7 +261,7 @@ impl SandboxManager {
             }
             Err(e) => {
                 tracing::warn!(sandbox = %id, error = %e, "pod sandbox creation failed; rolling back");
-                if let Err(cleanup) = self.teardown(&record, true).await {
+                if let Err(cleanup) = self.teardown(&record, Teardown::Remove).await {
                     tracing::error!(sandbox = %id, error = %cleanup, "rollback left something behind");
                 }
                 self.store.delete::<SandboxRecord>(&id, Some(&name))?;
@@ -449,8 +449,11 @@ impl SandboxManager {
     }
 
     /// StopPodSandbox: stops pause (its containers are stopped first, by the caller), detaches
-    /// the network and releases the netns and /dev/shm. Idempotent; unknown sandboxes are fine.
-    pub async fn stop(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
+    /// the network and releases the netns and /dev/shm. With `end_shim` (the caller found no
+    /// container the shim still holds) the shim ends too, as containerd's does once its tasks
+    /// are deleted: a stopped pod the kubelet keeps (a finished Job's) costs no process.
+    /// Idempotent; unknown sandboxes are fine.
+    pub async fn stop(&self, id_or_prefix: &str, end_shim: bool) -> Result<(), SandboxError> {
         let id = match self.resolve(id_or_prefix) {
             Ok(id) => id,
             Err(SandboxError::NotFound(_)) => return Ok(()),
@@ -460,7 +463,12 @@ impl SandboxManager {
         let Some(mut record) = self.store.get::<SandboxRecord>(&id)? else {
             return Ok(());
         };
-        self.teardown(&record, false).await?;
+        let teardown = if end_shim {
+            Teardown::EndShim
+        } else {
+            Teardown::KeepShim
+        };
+        self.teardown(&record, teardown).await?;
         record.network_released = true;
         let was_ready = record.stopped();
         self.store.put(&record)?;
@@ -543,7 +551,7 @@ impl SandboxManager {
         // Built before the removal so it carries the pod's status: the kubelet finds the pod's
         // UID there (containerd 2 does the same).
         let deleted = self.event(&id, api::ContainerEventType::ContainerDeletedEvent).await;
-        self.teardown(&record, true).await?;
+        self.teardown(&record, Teardown::Remove).await?;
         self.store.delete::<SandboxRecord>(&id, Some(&record.name))?;
         self.unclaimed.forget(&id);
         tracing::info!(sandbox = %id, "pod sandbox removed");
@@ -553,12 +561,14 @@ impl SandboxManager {
         Ok(())
     }
 
-    /// Undoes what create did. `remove` also deletes the shim, rootfs view and directories.
-    async fn teardown(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
+    /// Undoes what create did, as far as `how` says.
+    async fn teardown(&self, record: &SandboxRecord, how: Teardown) -> Result<(), SandboxError> {
         let id = &record.id;
+        let remove = how == Teardown::Remove;
         // Pause and the network go side by side: the netns is pinned, so the plugins' DEL does
         // not need pause, and it was most of StopPodSandbox.
-        let (pause, network) = tokio::join!(self.stop_pause(record, remove), self.detach_network(record));
+        let end_shim = how != Teardown::KeepShim;
+        let (pause, network) = tokio::join!(self.stop_pause(record, end_shim), self.detach_network(record));
         if let (Err(_), Err(e)) = (&pause, &network) {
             tracing::warn!(sandbox = %id, error = %e, "detaching the pod network also failed");
         }
@@ -599,7 +609,8 @@ impl SandboxManager {
             let state = self.live_state(&record).await;
             if record.state == SandboxState::Ready && state != SandboxState::Ready {
                 tracing::warn!(sandbox = %record.id, "pause or shim gone while scute was down: sandbox NotReady");
-                match self.teardown(&record, false).await {
+                // The shim (if alive) stays: what it holds of the containers is not known here.
+                match self.teardown(&record, Teardown::KeepShim).await {
                     Ok(()) => record.network_released = true,
                     Err(e) => tracing::warn!(sandbox = %record.id, error = %e, "cleaning up after a lost sandbox"),
                 }
@@ -618,7 +629,7 @@ impl SandboxManager {
         let warn = |step: &str, error: &dyn std::fmt::Display| {
             tracing::warn!(sandbox = %id, step, error = %error, "cleaning up an interrupted creation");
         };
-        if let Err(e) = self.teardown(record, true).await {
+        if let Err(e) = self.teardown(record, Teardown::Remove).await {
             warn("teardown", &e);
         }
         // What teardown could not do, step by step; each step is a no-op when already done.
@@ -649,6 +660,18 @@ impl SandboxManager {
             }
         }
     }
+}
+
+/// How far a teardown goes beyond pause, the network and /dev/shm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Teardown {
+    /// A stop whose shim still holds a container (or may: a restart that found pause gone).
+    KeepShim,
+    /// A stop whose shim holds nothing but pause: pause is deleted and the shim ends.
+    EndShim,
+    /// RemovePodSandbox, or a failed or interrupted creation: the shim ends, the rootfs view,
+    /// the pause cgroup and the directories go.
+    Remove,
 }
 
 /// What [`SandboxManager::shim_health`] found.

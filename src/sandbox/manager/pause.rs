@@ -129,13 +129,14 @@ impl SandboxManager {
         Ok((pid, hostname))
     }
 
-    /// Kills pause (unless the shim reaped it already) and, with `remove`, deletes it and stops
-    /// the shim.
-    pub(super) async fn stop_pause(&self, record: &SandboxRecord, remove: bool) -> Result<(), SandboxError> {
+    /// Kills pause (unless the shim reaped it already) and, with `end_shim`, deletes it and
+    /// stops the shim (which deletes whatever else it holds).
+    pub(super) async fn stop_pause(&self, record: &SandboxRecord, end_shim: bool) -> Result<(), SandboxError> {
         let id = &record.id;
         let Some(shim) = self.shim(id).await else {
             if self.shim_gone(id).await {
-                // Its shim died: whatever of pause is left goes, as the shim's kill would.
+                // Its shim died (or ended with the pod's stop): whatever of pause is left goes,
+                // as the shim's kill would.
                 crate::cgroups::kill_all(&record.cgroups_path);
                 crate::cgroups::until_empty(&record.cgroups_path, STOP_TIMEOUT).await;
             }
@@ -151,7 +152,7 @@ impl SandboxManager {
             }
             self.wait_stopped(&shim).await;
         }
-        if remove {
+        if end_shim {
             let _ = shim.delete_container(PAUSE_ID).await;
             let _ = shim.shutdown().await;
             self.shims.lock().await.remove(id);
