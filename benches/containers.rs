@@ -252,6 +252,17 @@ async fn time_lists(
     (list_containers, list_pods)
 }
 
+/// Every shim process of `daemon` and their RSS together (KiB).
+fn all_shims(daemon: &Daemon) -> (usize, u64) {
+    let pids: Vec<i32> = processes()
+        .into_iter()
+        .filter(|p| p.cmdline.contains(daemon.shim_name()) && p.cmdline.contains(&daemon.marker()))
+        .map(|p| p.pid)
+        .collect();
+    let kib = pids.iter().map(|&pid| proc_kib(pid as u32, "status", "VmRSS")).sum();
+    (pids.len(), kib)
+}
+
 /// Lists at scale: `n` created (not started) containers in one pod, and `n` stopped pods (a
 /// node's history before the kubelet's garbage collection), then ListContainers and
 /// ListPodSandbox timed. Made and removed `SETUP_CONCURRENCY` at a time, untimed.
@@ -280,10 +291,15 @@ async fn lists_at_scale(client: &Client<'_>, n: usize) -> (Vec<Duration>, Vec<Du
         .buffer_unordered(SETUP_CONCURRENCY)
         .collect()
         .await;
+    // What the stopped pods cost the node: a runtime whose shim outlives its pod's stop keeps
+    // a process for each (the kubelet keeps a finished Job's pod until it is deleted).
+    let (shims, shims_kib) = all_shims(client.daemon);
     println!(
-        "  {:<10} lists at scale: {n} created containers and {n} stopped pods made in {:.1} s",
+        "  {:<10} lists at scale: {n} created containers and {n} stopped pods made in {:.1} s; \
+         then {shims} shim processes, {:.1} MiB RSS together",
         client.daemon.name(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        shims_kib as f64 / 1024.0
     );
     let figures = time_lists(client, STATS_CALLS, n, n).await;
     futures_util::stream::iter(&containers)
