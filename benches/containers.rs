@@ -252,11 +252,14 @@ async fn time_lists(
     (list_containers, list_pods)
 }
 
-/// Every shim process of `daemon` and their RSS together (KiB).
+/// Every shim process of `daemon` and their RSS together (KiB). By process name: a scute
+/// container created and not started waits in a process forked from the shim, with its
+/// command line.
 fn all_shims(daemon: &Daemon) -> (usize, u64) {
+    let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let pids: Vec<i32> = processes()
         .into_iter()
-        .filter(|p| p.cmdline.contains(daemon.shim_name()) && p.cmdline.contains(&daemon.marker()))
+        .filter(|p| p.cmdline.contains(&daemon.marker()) && comm(p.pid).trim() == daemon.shim_name())
         .map(|p| p.pid)
         .collect();
     let kib = pids.iter().map(|&pid| proc_kib(pid as u32, "status", "VmRSS")).sum();

@@ -152,7 +152,11 @@ impl Metrics {
             containers_running.clone(),
         );
         let shims = Gauge::default();
-        registry.register("shims", "scute-shim processes alive (one per pod)", shims.clone());
+        registry.register(
+            "shims",
+            "scute-shim processes alive (one per pod until its stop)",
+            shims.clone(),
+        );
         let shim_rss = Gauge::default();
         registry.register(
             "shim_resident_memory_bytes",

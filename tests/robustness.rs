@@ -1292,7 +1292,7 @@ async fn a_dead_shims_written_exit_is_kept() {
     let (sandbox, id, pid) = {
         let daemon = &base.daemon;
         let sandbox = run_pod(daemon, &config, None).await.unwrap();
-        let script = "trap 'exit 0' TERM; while :; do sleep 0.1; done";
+        let script = "trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done";
         let id = create_container(daemon, &sandbox, &config, &container("job", script), None)
             .await
             .unwrap();
@@ -1318,9 +1318,20 @@ async fn a_dead_shims_written_exit_is_kept() {
         let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
         (sandbox, id, info["pid"].as_i64().unwrap() as i32)
     };
+    // The trap is set (a signal to a PID namespace's init without a handler is dropped), and
+    // the shim's helpers, which carry its command line, are done.
+    let log = logs.path().join("job.log");
+    eventually("the trap set", || {
+        let log = log.clone();
+        async move { std::fs::read_to_string(log).ok()?.contains("ready").then_some(()) }
+    })
+    .await;
     let shim_dir = base.daemon.state.join("shims").join(&sandbox[..32]);
-    let shim = shims_of(&shim_dir);
-    assert_eq!(shim.len(), 1, "{shim:?}");
+    let shim = eventually("one shim process", || {
+        let shim = shims_of(&shim_dir);
+        async move { (shim.len() == 1).then_some(shim) }
+    })
+    .await;
 
     // With the daemon down, the container exits 0 and its shim writes the exit; then the shim
     // is killed before any daemon has heard of it.

@@ -533,6 +533,82 @@ async fn a_sysctl_of_the_pod_interface_applies() {
 
 /// Replaces the test network with one `plugin` (the bridge plugin, or a wrapper of it) on
 /// `bridge` with host-local addresses from `subnet`.
+/// A StopPodSandbox whose CNI DEL fails: pause is stopped and the pod's shim ended all the
+/// same, so the pod is NotReady at once (nothing says its shim died or its pause exited by
+/// itself), the error says why, and the kubelet's retry releases the network and leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_whose_network_release_fails_leaves_the_pod_not_ready_for_a_retry() {
+    use std::os::unix::fs::PermissionsExt;
+    let daemon = Daemon::start("");
+    let net = TestNetwork::install(&daemon);
+    let bins = daemon.dir().join("cni-bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    let bridge = ["/opt/cni/bin/bridge", "/usr/lib/cni/bridge"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("the CNI bridge plugin");
+    let refuse = daemon.dir().join("refuse-del");
+    let plugin = bins.join("refusing-bridge");
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\nif [ \"$CNI_COMMAND\" = DEL ] && [ -e {refuse:?} ]; then\n  \
+             echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"DEL refused by the test\"}}'\n  exit 1\nfi\n\
+             exec {bridge} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bridge_network(&daemon, "refusing-bridge", &net.bridge, &format!("{}.0/24", net.prefix));
+    let id = run(&daemon, pod_config("refused")).await.unwrap();
+    let pause = pause_pid(&status(&daemon, &id).await.unwrap());
+    assert_eq!(common::shims_of(daemon.dir()).len(), 1);
+
+    std::fs::write(&refuse, "").unwrap();
+    let err = daemon
+        .runtime()
+        .await
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("DEL refused by the test"), "{err:?}");
+    let state = status(&daemon, &id).await.unwrap().status.unwrap().state();
+    assert_eq!(state, api::PodSandboxState::SandboxNotready);
+    assert!(!alive(pause), "pause outlived the stop");
+    assert_eq!(common::shims_of(daemon.dir()), Vec::new(), "the shim outlived the stop");
+    assert!(
+        daemon.state.join("netns").join(&id).exists(),
+        "the netns went before its DEL"
+    );
+    // Long enough for the exit watcher to see the shim gone (it looks again after 200 ms).
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let log = daemon.log();
+    assert!(
+        !log.contains("the pod's shim died") && !log.contains("pause exited by itself"),
+        "{log}"
+    );
+
+    std::fs::remove_file(&refuse).unwrap();
+    stop(&daemon, &id).await;
+    assert!(
+        !daemon.state.join("netns").join(&id).exists(),
+        "the retry left the netns"
+    );
+    let master = format!("master {} ", net.bridge);
+    let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
+    let veths: Vec<String> = String::from_utf8_lossy(&links.stdout)
+        .lines()
+        .filter(|l| l.contains(&master))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(veths, Vec::<String>::new(), "veths left on the bridge");
+    remove(&daemon, &id).await;
+    assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
+    assert!(daemon.pods().await.is_empty());
+}
+
 fn bridge_network(daemon: &Daemon, plugin: &str, bridge: &str, subnet: &str) {
     let conflist = serde_json::json!({
         "cniVersion": "1.0.0",

@@ -468,11 +468,20 @@ impl SandboxManager {
         } else {
             Teardown::KeepShim
         };
-        self.teardown(&record, teardown).await?;
-        record.network_released = true;
+        let released = self.teardown_steps(&record, teardown).await?;
+        // Pause is stopped: the pod is NotReady even when releasing its network or /dev/shm
+        // failed, which a retry does again (its shim may have ended: nobody else would mark it).
+        if released.is_ok() {
+            record.network_released = true;
+        }
         let was_ready = record.stopped();
         self.store.put(&record)?;
-        tracing::info!(sandbox = %id, "pod sandbox stopped");
+        match &released {
+            Ok(()) => tracing::info!(sandbox = %id, "pod sandbox stopped"),
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "pod sandbox stopped, but not released; a retry releases it")
+            }
+        }
         // Decided and sent under the sandbox's lock, as `pause_exited` does: whichever of the
         // two moves it from Ready reports STOPPED, so the event goes out exactly once (not on
         // retries, nor after pause exited first and that was reported).
@@ -480,7 +489,7 @@ impl SandboxManager {
             self.send_event(&id, api::ContainerEventType::ContainerStoppedEvent)
                 .await;
         }
-        Ok(())
+        released
     }
 
     /// The pause of `id` exited without a StopPodSandbox: a Ready sandbox
@@ -563,16 +572,36 @@ impl SandboxManager {
 
     /// Undoes what create did, as far as `how` says.
     async fn teardown(&self, record: &SandboxRecord, how: Teardown) -> Result<(), SandboxError> {
-        let id = &record.id;
-        let remove = how == Teardown::Remove;
+        self.teardown_steps(record, how).await?
+    }
+
+    /// `teardown`, telling a failure to stop pause (the outer error: the pod may still run)
+    /// from one after pause stopped (the inner: the network, /dev/shm or a removal step).
+    async fn teardown_steps(
+        &self,
+        record: &SandboxRecord,
+        how: Teardown,
+    ) -> Result<Result<(), SandboxError>, SandboxError> {
         // Pause and the network go side by side: the netns is pinned, so the plugins' DEL does
         // not need pause, and it was most of StopPodSandbox.
         let end_shim = how != Teardown::KeepShim;
         let (pause, network) = tokio::join!(self.stop_pause(record, end_shim), self.detach_network(record));
         if let (Err(_), Err(e)) = (&pause, &network) {
-            tracing::warn!(sandbox = %id, error = %e, "detaching the pod network also failed");
+            tracing::warn!(sandbox = %record.id, error = %e, "detaching the pod network also failed");
         }
         pause?;
+        Ok(self.release_after_pause(record, how, network))
+    }
+
+    /// What a teardown releases once pause is stopped, given how the network's detach went.
+    fn release_after_pause(
+        &self,
+        record: &SandboxRecord,
+        how: Teardown,
+        network: Result<(), SandboxError>,
+    ) -> Result<(), SandboxError> {
+        let id = &record.id;
+        let remove = how == Teardown::Remove;
         network?;
         let dir = self.sandbox_dir(id);
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
