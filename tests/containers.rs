@@ -17,23 +17,6 @@ fn alive(pid: i64) -> bool {
         .unwrap_or(false)
 }
 
-/// The verbose ContainerStatus's `info` (pid, cgroupsPath, …).
-async fn status_info(pod: &Pod, id: &str) -> serde_json::Value {
-    let info = pod
-        .daemon
-        .runtime()
-        .await
-        .container_status(api::ContainerStatusRequest {
-            container_id: id.to_string(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    serde_json::from_str(&info["info"]).unwrap()
-}
-
 /// What a container holds on the node: the mounts under its directory and its cgroup's
 /// directories (one per hierarchy that has it).
 fn held_on_the_node(pod: &Pod, id: &str, cgroups_path: &str) -> (Vec<String>, Vec<PathBuf>) {
@@ -78,7 +61,7 @@ async fn lifecycle_logs_exec_and_stop() {
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
 
     // `sleep` ignores nothing: SIGTERM stops it within the grace period.
-    let info = status_info(&pod, &id).await;
+    let info = pod.daemon.container_info(&id).await;
     let pid = info["pid"].as_i64().unwrap();
     assert!(alive(pid));
     let cgroups_path = info["cgroupsPath"].as_str().unwrap().to_string();
@@ -153,7 +136,7 @@ async fn exit_codes_reasons_and_grace() {
     assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
     // A container that exits by itself is released too, once its exit is stored.
     let dir = pod.daemon.root.join("containers").join(&ok);
-    let cgroups_path = status_info(&pod, &ok).await["cgroupsPath"]
+    let cgroups_path = pod.daemon.container_info(&ok).await["cgroupsPath"]
         .as_str()
         .unwrap()
         .to_string();
@@ -495,7 +478,7 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
     let dir = pod.daemon.dir().to_path_buf();
     let done = pod.run(container("done", "echo bye; exit 3")).await;
     pod.wait_exited(&done).await;
-    let cgroups_path = status_info(&pod, &done).await["cgroupsPath"]
+    let cgroups_path = pod.daemon.container_info(&done).await["cgroupsPath"]
         .as_str()
         .unwrap()
         .to_string();
@@ -576,7 +559,7 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
         .unwrap()
         .into_inner()
         .container_id;
-    let init = status_info(&pod, &created).await["pid"].as_i64().unwrap();
+    let init = pod.daemon.container_info(&created).await["pid"].as_i64().unwrap();
     assert!(
         init > 0 && alive(init),
         "the created container's init waits in the shim"

@@ -95,6 +95,8 @@ struct Shared {
     seen: std::sync::Mutex<Vec<(String, Option<String>)>>,
     /// Bodies whose writing failed: the client hung up.
     hung_up: AtomicU64,
+    /// Requests answered 206 (a `Body::Ranged` asked for a range).
+    ranged: AtomicU64,
 }
 
 /// The hostile registry.
@@ -240,13 +242,21 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     }
     let digest = body.digest_if_small();
     let (status, body) = match (body, range_from) {
-        (Body::Ranged(data), Some(from)) if from < data.len() => (
-            format!(
-                "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
-                data.len() - 1,
-                data.len()
-            ),
-            Body::Sized(data[from..].to_vec()),
+        (Body::Ranged(data), Some(from)) if from < data.len() => {
+            shared.ranged.fetch_add(1, Ordering::SeqCst);
+            (
+                format!(
+                    "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
+                    data.len() - 1,
+                    data.len()
+                ),
+                Body::Sized(data[from..].to_vec()),
+            )
+        }
+        // What distribution (Go's http.ServeContent) answers, also for `bytes=0-` of nothing.
+        (Body::Ranged(data), Some(_)) => (
+            format!("416 Range Not Satisfiable\r\nContent-Range: bytes */{}", data.len()),
+            Body::Sized(Vec::new()),
         ),
         (Body::Ranged(data), _) => ("200 OK".to_string(), Body::Sized(data)),
         (body, _) => ("200 OK".to_string(), body),
@@ -907,7 +917,23 @@ async fn malformed_digests_lying_blobs_and_redirect_loops_fail_cleanly() {
         &ranged_digest,
         Body::Ranged(ranged),
     );
+    let ranges_before = registry.shared.ranged.load(Ordering::SeqCst);
     pull(&daemon, &registry.image("hostile/ranged")).await.unwrap();
+    assert!(
+        registry.shared.ranged.load(Ordering::SeqCst) > ranges_before,
+        "the layer was not asked for as a range (its 206 path is what the lie above tests)"
+    );
+    // An empty blob asked as `bytes=0-` is a 416: it is asked whole.
+    let empty_digest = sha256(b"");
+    serve_image_with_layer(
+        &registry,
+        "hostile/empty-ranged",
+        0,
+        &empty_digest,
+        &empty_digest,
+        Body::Ranged(Vec::new()),
+    );
+    pull(&daemon, &registry.image("hostile/empty-ranged")).await.unwrap();
 }
 
 /// (g) Credentials go to the registry they were given for and nowhere else: a blob redirected

@@ -1304,19 +1304,8 @@ async fn a_dead_shims_written_exit_is_kept() {
             })
             .await
             .unwrap();
-        let info = daemon
-            .runtime()
-            .await
-            .container_status(api::ContainerStatusRequest {
-                container_id: id.clone(),
-                verbose: true,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .info;
-        let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
-        (sandbox, id, info["pid"].as_i64().unwrap() as i32)
+        let pid = daemon.container_info(&id).await["pid"].as_i64().unwrap() as i32;
+        (sandbox, id, pid)
     };
     // The trap is set (a signal to a PID namespace's init without a handler is dropped), and
     // the shim's helpers, which carry its command line, are done.

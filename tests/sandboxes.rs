@@ -501,19 +501,9 @@ async fn a_pod_whose_network_fails_leaves_nothing() {
 /// when the network is slow to come (a bridge plugin that takes a second here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sysctl_of_the_pod_interface_applies() {
-    use std::os::unix::fs::PermissionsExt;
     let daemon = Daemon::start("");
     let net = TestNetwork::install(&daemon);
-    let bins = daemon.dir().join("cni-bin");
-    std::fs::create_dir_all(&bins).unwrap();
-    let bridge = ["/opt/cni/bin/bridge", "/usr/lib/cni/bridge"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("the CNI bridge plugin");
-    let slow = bins.join("slow-bridge");
-    std::fs::write(&slow, format!("#!/bin/sh\nsleep 1\nexec {bridge} \"$@\"\n")).unwrap();
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
-    bridge_network(&daemon, "slow-bridge", &net.bridge, &format!("{}.0/24", net.prefix));
+    wrapped_bridge_network(&daemon, &net, "slow-bridge", "sleep 1");
     // Not what a new netns inherits from the host.
     let host = std::fs::read_to_string("/proc/sys/net/ipv4/conf/default/rp_filter").unwrap();
     let wanted = ((host.trim().parse::<u32>().unwrap() + 1) % 3).to_string();
@@ -531,35 +521,19 @@ async fn a_sysctl_of_the_pod_interface_applies() {
     remove(&daemon, &id).await;
 }
 
-/// Replaces the test network with one `plugin` (the bridge plugin, or a wrapper of it) on
-/// `bridge` with host-local addresses from `subnet`.
 /// A StopPodSandbox whose CNI DEL fails: pause is stopped and the pod's shim ended all the
 /// same, so the pod is NotReady at once (nothing says its shim died or its pause exited by
 /// itself), the error says why, and the kubelet's retry releases the network and leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_whose_network_release_fails_leaves_the_pod_not_ready_for_a_retry() {
-    use std::os::unix::fs::PermissionsExt;
     let daemon = Daemon::start("");
     let net = TestNetwork::install(&daemon);
-    let bins = daemon.dir().join("cni-bin");
-    std::fs::create_dir_all(&bins).unwrap();
-    let bridge = ["/opt/cni/bin/bridge", "/usr/lib/cni/bridge"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("the CNI bridge plugin");
     let refuse = daemon.dir().join("refuse-del");
-    let plugin = bins.join("refusing-bridge");
-    std::fs::write(
-        &plugin,
-        format!(
-            "#!/bin/sh\nif [ \"$CNI_COMMAND\" = DEL ] && [ -e {refuse:?} ]; then\n  \
-             echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"DEL refused by the test\"}}'\n  exit 1\nfi\n\
-             exec {bridge} \"$@\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    bridge_network(&daemon, "refusing-bridge", &net.bridge, &format!("{}.0/24", net.prefix));
+    let before = format!(
+        "if [ \"$CNI_COMMAND\" = DEL ] && [ -e {refuse:?} ]; then\n  \
+         echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"DEL refused by the test\"}}'\n  exit 1\nfi"
+    );
+    wrapped_bridge_network(&daemon, &net, "refusing-bridge", &before);
     let id = run(&daemon, pod_config("refused")).await.unwrap();
     let pause = pause_pid(&status(&daemon, &id).await.unwrap());
     assert_eq!(common::shims_of(daemon.dir()).len(), 1);
@@ -609,6 +583,25 @@ async fn a_stop_whose_network_release_fails_leaves_the_pod_not_ready_for_a_retry
     assert!(daemon.pods().await.is_empty());
 }
 
+/// Replaces the test network with one plugin `name` of the daemon's own plugin dir: a script
+/// that runs the shell lines `before` (`$CNI_COMMAND` says what was asked), then the real bridge
+/// plugin, on the test network's bridge and subnet.
+fn wrapped_bridge_network(daemon: &Daemon, net: &TestNetwork, name: &str, before: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let bins = daemon.dir().join("cni-bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    let bridge = ["/opt/cni/bin/bridge", "/usr/lib/cni/bridge"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("the CNI bridge plugin");
+    let plugin = bins.join(name);
+    std::fs::write(&plugin, format!("#!/bin/sh\n{before}\nexec {bridge} \"$@\"\n")).unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bridge_network(daemon, name, &net.bridge, &format!("{}.0/24", net.prefix));
+}
+
+/// Replaces the test network with one `plugin` (the bridge plugin, or a wrapper of it) on
+/// `bridge` with host-local addresses from `subnet`.
 fn bridge_network(daemon: &Daemon, plugin: &str, bridge: &str, subnet: &str) {
     let conflist = serde_json::json!({
         "cniVersion": "1.0.0",

@@ -138,22 +138,7 @@ async fn pod_user_namespace_maps_root_to_an_unprivileged_host_id() {
         .to_string();
 
     // From the host, the pod's root is HOST_ID.
-    let pid: u32 = {
-        let info = pod
-            .daemon
-            .runtime()
-            .await
-            .container_status(api::ContainerStatusRequest {
-                container_id: id.clone(),
-                verbose: true,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .info;
-        let v: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
-        v["pid"].as_u64().unwrap() as u32
-    };
+    let pid = pod.daemon.container_info(&id).await["pid"].as_u64().unwrap() as u32;
     let host_status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid_line = host_status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert!(

@@ -217,6 +217,22 @@ impl Daemon {
             .into_inner()
             .items
     }
+
+    /// The verbose ContainerStatus's `info` (pid, cgroupsPath, runtimeSpec, …).
+    pub async fn container_info(&self, id: &str) -> serde_json::Value {
+        let info = self
+            .runtime()
+            .await
+            .container_status(scute::api::ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .info;
+        serde_json::from_str(&info["info"]).unwrap()
+    }
 }
 
 impl Daemon {
