@@ -1,29 +1,49 @@
 //! Per-key async locks: one pull per image reference and one download per layer at a time,
-//! so concurrent pulls of the same content share the work instead of doing it twice.
+//! so concurrent pulls of the same content share the work instead of doing it twice. A key can
+//! also be held shared: many holders at once, none while someone holds it alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 #[derive(Default)]
 pub struct KeyedLocks {
-    locks: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    locks: Mutex<HashMap<String, Arc<RwLock<()>>>>,
 }
 
 pub struct KeyedGuard<'a> {
     owner: &'a KeyedLocks,
     key: String,
-    guard: Option<OwnedMutexGuard<()>>,
+    guard: Option<Held>,
+}
+
+/// Only ever dropped: the guard's job is to be held.
+#[allow(dead_code)]
+enum Held {
+    Alone(OwnedRwLockWriteGuard<()>),
+    Shared(OwnedRwLockReadGuard<()>),
 }
 
 impl KeyedLocks {
+    /// Holds `key` alone.
     pub async fn lock(&self, key: &str) -> KeyedGuard<'_> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-            locks.entry(key.to_string()).or_default().clone()
-        };
-        let guard = lock.lock_owned().await;
+        let guard = Held::Alone(self.entry(key).write_owned().await);
+        self.guard(key, guard)
+    }
+
+    /// Holds `key` beside other shared holders; waits while someone holds it alone.
+    pub async fn share(&self, key: &str) -> KeyedGuard<'_> {
+        let guard = Held::Shared(self.entry(key).read_owned().await);
+        self.guard(key, guard)
+    }
+
+    fn entry(&self, key: &str) -> Arc<RwLock<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(key.to_string()).or_default().clone()
+    }
+
+    fn guard(&self, key: &str, guard: Held) -> KeyedGuard<'_> {
         KeyedGuard {
             owner: self,
             key: key.to_string(),
@@ -71,6 +91,25 @@ mod tests {
         drop(g);
         waiter.await.unwrap();
         assert_eq!(*order.lock().unwrap(), vec!["first", "second"]);
+        assert_eq!(locks.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn shared_holders_overlap_and_exclude_one_alone() {
+        let locks = Arc::new(KeyedLocks::default());
+        let first = locks.share("pod").await;
+        // A second shared holder does not wait for the first.
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), locks.share("pod"))
+            .await
+            .expect("a shared holder waited for another");
+        let l2 = locks.clone();
+        let alone = tokio::spawn(async move {
+            let _g = l2.lock("pod").await;
+        });
+        tokio::task::yield_now().await;
+        assert!(!alone.is_finished(), "held alone while shared holders held it");
+        drop((first, second));
+        alone.await.unwrap();
         assert_eq!(locks.len(), 0);
     }
 }

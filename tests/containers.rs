@@ -590,3 +590,92 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
     assert_eq!(common::mounts_under(&dir), Vec::<String>::new());
     assert_eq!(pod.containers().await, Vec::new());
 }
+
+/// A CreateContainer that races StopPodSandbox of its pod either fails (the pod is not ready)
+/// or makes a container the stop then sees: its shim is kept, and removing the pod ends it.
+/// Never a created container whose shim the stop ended under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_racing_its_pods_stop_never_loses_the_shim() {
+    let pod = pod("racing").await;
+    let dir = pod.daemon.dir().to_path_buf();
+    let mut runtime = pod.daemon.runtime().await;
+    runtime
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    let (mut created, mut refused) = (0, 0);
+    for round in 0..16u64 {
+        let mut config = pod.config.clone();
+        config.metadata.as_mut().unwrap().name = format!("race-{round}");
+        config.metadata.as_mut().unwrap().uid = format!("uid-race-{round}");
+        let id = runtime
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .pod_sandbox_id;
+        let (mut creator, mut stopper) = (pod.daemon.runtime().await, pod.daemon.runtime().await);
+        // One starts up to 16 ms after the other, round by round, so that the stop lands
+        // before, in every step of, and after the create.
+        let lead = Duration::from_millis(2 * round.abs_diff(8));
+        let (create_after, stop_after) = if round < 8 {
+            (lead, Duration::ZERO)
+        } else {
+            (Duration::ZERO, lead)
+        };
+        let create = async {
+            tokio::time::sleep(create_after).await;
+            creator
+                .create_container(api::CreateContainerRequest {
+                    pod_sandbox_id: id.clone(),
+                    config: Some(container("late", "exit 0")),
+                    sandbox_config: Some(config),
+                })
+                .await
+        };
+        let stop = async {
+            tokio::time::sleep(stop_after).await;
+            stopper
+                .stop_pod_sandbox(api::StopPodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                })
+                .await
+        };
+        let (create, stop) = tokio::join!(create, stop);
+        stop.unwrap();
+        match create {
+            Ok(answer) => {
+                created += 1;
+                let container = answer.into_inner().container_id;
+                assert_eq!(
+                    pod.status(&container).await.state(),
+                    api::ContainerState::ContainerCreated
+                );
+                assert_eq!(
+                    common::shims_of(&dir).len(),
+                    1,
+                    "round {round}: the stop ended the shim of a container created beside it"
+                );
+            }
+            Err(e) => {
+                refused += 1;
+                assert_eq!(e.code(), Code::FailedPrecondition, "round {round}: {e:?}");
+            }
+        }
+        runtime
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.clone(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(common::shims_of(&dir), Vec::new(), "round {round}");
+        assert_eq!(common::mounts_under(&dir), Vec::<String>::new(), "round {round}");
+    }
+    eprintln!("{created} containers created before the stop, {refused} refused after it");
+    assert_eq!(pod.containers().await, Vec::new());
+}

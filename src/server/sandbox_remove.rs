@@ -14,8 +14,13 @@ impl Cri {
             ));
         }
         tracing::Span::current().record("id", request.pod_sandbox_id.as_str());
-        self.containers.remove_all_in(&request.pod_sandbox_id).await?;
-        self.sandboxes.remove(&request.pod_sandbox_id).await?;
+        let Some(id) = self.sandboxes.resolve_known(&request.pod_sandbox_id)? else {
+            return Ok(RemovePodSandboxResponse {});
+        };
+        // No container is made in the pod while its containers are removed.
+        let _closed = self.sandboxes.close_to_containers(&id).await;
+        self.containers.remove_all_in(&id).await?;
+        self.sandboxes.remove(&id).await?;
         Ok(RemovePodSandboxResponse {})
     }
 }

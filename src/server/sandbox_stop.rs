@@ -14,14 +14,18 @@ impl Cri {
             ));
         }
         tracing::Span::current().record("id", request.pod_sandbox_id.as_str());
+        let Some(id) = self.sandboxes.resolve_known(&request.pod_sandbox_id)? else {
+            return Ok(StopPodSandboxResponse {});
+        };
+        let _closed = self.sandboxes.close_to_containers(&id).await;
         // Every container first, each with the default grace period, then pause and the network.
         self.containers
-            .stop_all_in(&request.pod_sandbox_id, std::time::Duration::from_secs(10))
+            .stop_all_in(&id, std::time::Duration::from_secs(10))
             .await?;
         // A shim left with nothing but pause ends with the stop; one that holds a container
         // never started stays for RemovePodSandbox (as containerd's does for its task).
-        let end_shim = !self.containers.shim_holds_any_in(&request.pod_sandbox_id)?;
-        self.sandboxes.stop(&request.pod_sandbox_id, end_shim).await?;
+        let end_shim = !self.containers.shim_holds_any_in(&id)?;
+        self.sandboxes.stop(&id, end_shim).await?;
         Ok(StopPodSandboxResponse {})
     }
 }

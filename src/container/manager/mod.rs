@@ -258,6 +258,8 @@ impl ContainerManager {
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> Result<(String, KeyedGuard<'_>), ContainerError> {
         let sandbox_id = self.sandboxes.resolve(sandbox_id)?;
+        // Until the container is in the shim: the pod's stop waits for it (and sees it).
+        let _admitted = self.sandboxes.admit_containers(&sandbox_id).await;
         let sandbox = self.sandboxes.get(&sandbox_id)?;
         if self.sandboxes.live_state(&sandbox).await != SandboxState::Ready {
             return Err(ContainerError::FailedPrecondition(format!(
@@ -684,10 +686,8 @@ impl ContainerManager {
     }
 
     fn in_sandbox(&self, sandbox_id: &str) -> Result<Vec<ContainerRecord>, ContainerError> {
-        let id = match self.sandboxes.resolve(sandbox_id) {
-            Ok(id) => id,
-            Err(SandboxError::NotFound(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
+        let Some(id) = self.sandboxes.resolve_known(sandbox_id)? else {
+            return Ok(Vec::new());
         };
         Ok(self
             .list_records()?

@@ -36,7 +36,7 @@ use crate::config::Config;
 use crate::events::{Events, PodContainers};
 use crate::handover::Unclaimed;
 use crate::image::{Credentials, ImageError, ImageManager};
-use crate::keyed_lock::KeyedLocks;
+use crate::keyed_lock::{KeyedGuard, KeyedLocks};
 use crate::oci::userns;
 use crate::oci::SpecError;
 use crate::shim_client::{ContainerStatus as ShimStatus, ShimClient, ShimError};
@@ -102,6 +102,9 @@ pub struct SandboxManager {
     shims: Mutex<HashMap<String, Arc<ShimClient>>>,
     name_locks: KeyedLocks,
     id_locks: KeyedLocks,
+    /// Per pod: held shared by each CreateContainer, alone by StopPodSandbox and
+    /// RemovePodSandbox (see `admit_containers`).
+    container_gates: KeyedLocks,
     /// Sandboxes made but not yet handed to a caller (see `run`).
     unclaimed: Arc<Unclaimed>,
     /// Where the pod's own events go (`sandbox/events.rs`), with its containers' statuses.
@@ -130,6 +133,7 @@ impl SandboxManager {
             shims: Mutex::new(HashMap::new()),
             name_locks: KeyedLocks::default(),
             id_locks: KeyedLocks::default(),
+            container_gates: KeyedLocks::default(),
             unclaimed: Default::default(),
             events,
             pod_containers,
@@ -169,6 +173,15 @@ impl SandboxManager {
                 "pod sandbox {id_or_prefix:?} not found"
             ))),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `resolve` for the idempotent calls (stop, remove): an unknown sandbox is `None`.
+    pub fn resolve_known(&self, id_or_prefix: &str) -> Result<Option<String>, SandboxError> {
+        match self.resolve(id_or_prefix) {
+            Ok(id) => Ok(Some(id)),
+            Err(SandboxError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -448,16 +461,28 @@ impl SandboxManager {
         }
     }
 
+    /// Held by a CreateContainer from its check that the pod is ready until its container is
+    /// stored and in the shim; many creates of one pod go on at once.
+    pub async fn admit_containers(&self, id: &str) -> KeyedGuard<'_> {
+        self.container_gates.share(id).await
+    }
+
+    /// Held by StopPodSandbox and RemovePodSandbox (`id` resolved) around the whole of their
+    /// work: a create that checked the pod was ready before the stop has its container stored
+    /// before the stop decides whether the shim holds any (and may end it), and none starts
+    /// after; the create then finds the pod not ready.
+    pub async fn close_to_containers(&self, id: &str) -> KeyedGuard<'_> {
+        self.container_gates.lock(id).await
+    }
+
     /// StopPodSandbox: stops pause (its containers are stopped first, by the caller), detaches
     /// the network and releases the netns and /dev/shm. With `end_shim` (the caller found no
     /// container the shim still holds) the shim ends too, as containerd's does once its tasks
     /// are deleted: a stopped pod the kubelet keeps (a finished Job's) costs no process.
     /// Idempotent; unknown sandboxes are fine.
     pub async fn stop(&self, id_or_prefix: &str, end_shim: bool) -> Result<(), SandboxError> {
-        let id = match self.resolve(id_or_prefix) {
-            Ok(id) => id,
-            Err(SandboxError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(id) = self.resolve_known(id_or_prefix)? else {
+            return Ok(());
         };
         let _lock = self.id_locks.lock(&id).await;
         let Some(mut record) = self.store.get::<SandboxRecord>(&id)? else {
@@ -548,10 +573,8 @@ impl SandboxManager {
 
     /// RemovePodSandbox: stops it if needed, then removes the shim, mounts, directories and record.
     pub async fn remove(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
-        let id = match self.resolve(id_or_prefix) {
-            Ok(id) => id,
-            Err(SandboxError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(id) = self.resolve_known(id_or_prefix)? else {
+            return Ok(());
         };
         let _lock = self.id_locks.lock(&id).await;
         let Some(record) = self.store.get::<SandboxRecord>(&id)? else {
