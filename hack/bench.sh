@@ -29,11 +29,15 @@ else
 	echo "bench.sh: containerd/runc not on PATH: scute figures only" >&2
 fi
 
+# Built with the shim, as hack/run.sh and hack/package.sh build it: the same features, so the
+# same daemon binary, and the one contrib/layout/scute.order was made for (hack/orderfile.sh).
+cargo bench --locked -p scute -p scute-shim --no-run >/dev/null
+python3 hack/orderfile.py coverage target/release/scute contrib/layout/scute.order
 for bench in daemon pull sandbox containers streaming; do
-	printf '\n==> cargo bench --bench %s\n' "$bench"
-	cargo bench --locked --bench "$bench"
+	printf '\n==> cargo bench -p scute -p scute-shim --bench %s\n' "$bench"
+	cargo bench --locked -p scute -p scute-shim --bench "$bench"
 done
 
 printf '\n==> churn: %s pod + container create/start/stop/remove cycles (leaks and RSS)\n' "${SCUTE_CHURN_CYCLES:-1000}"
 SCUTE_CHURN_CYCLES=${SCUTE_CHURN_CYCLES:-1000} \
-	cargo test --locked --release --test robustness churn -- --nocapture --test-threads 1
+	cargo test --locked --release -p scute -p scute-shim --test robustness churn -- --nocapture --test-threads 1

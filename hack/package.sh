@@ -98,6 +98,8 @@ find "$stage/usr/share" -type f -exec chmod 0644 {} +
 depends=$(for b in scute scute-shim; do ldd "$bin/$b"; done | awk '/=> \//{print $3}' | sort -u |
 	while read -r lib; do dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true; done |
 	cut -d: -f1 | sort -u | paste -sd, | sed 's/,/, /g')
+# Packed relative relocations (build.rs, shim/build.rs) need glibc 2.36 (GLIBC_ABI_DT_RELR).
+depends=$(sed -E 's/(^|, )libc6(,|$)/\1libc6 (>= 2.36)\2/' <<<"${depends:-libc6}")
 installed_kib=$(du -sk "$stage" | cut -f1)
 cat >"$stage/DEBIAN/control" <<CONTROL
 Package: scute

@@ -286,13 +286,19 @@ pub async fn watched<F: Future>(state: &PullState, stall: Duration, pull: F) -> 
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    // Real time, with margins several times any scheduling delay: tokio's paused clock
+    // (`test-util`) would give the benchmarks a daemon built with other features than the one
+    // users run.
+    const STALL: Duration = Duration::from_secs(1);
+    const STEP: Duration = Duration::from_millis(200);
+
+    #[tokio::test]
     async fn a_stalled_pull_is_aborted_and_a_moving_one_is_not() {
         let pulls = Pulls::default();
         let handle = pulls.begin("example.com/stalls:1");
         let state = handle.state.clone();
         let never = std::future::pending::<()>();
-        let err = watched(&state, Duration::from_secs(60), never).await.unwrap_err();
+        let err = watched(&state, STALL, never).await.unwrap_err();
         assert!(
             matches!(err, PullError::Stalled(ref m) if m.contains("pull_progress_timeout_seconds")),
             "{err}"
@@ -301,60 +307,60 @@ mod tests {
         drop(handle);
         assert!(pulls.list().is_empty());
 
-        // A byte every 30 s for 5 min against a 60 s timeout: slow, but moving.
+        // A byte every 200 ms for 1.6 s against a 1 s timeout: slow, but moving.
         let handle = pulls.begin("example.com/slow:1");
         let state = handle.state.clone();
-        state.downloading(10, 1);
+        state.downloading(8, 1);
         let slow = async {
-            for _ in 0..10 {
-                tokio::time::sleep(Duration::from_secs(30)).await;
+            for _ in 0..8 {
+                tokio::time::sleep(STEP).await;
                 state.add_bytes(1);
             }
             state.layer_done();
         };
-        watched(&state, Duration::from_secs(60), slow).await.unwrap();
+        watched(&state, STALL, slow).await.unwrap();
         let now = pulls.list().remove(0);
         assert_eq!(
             (now.bytes_done, now.bytes_total, now.layers_done, now.layers_total),
-            (10, 10, 1, 1)
+            (8, 8, 1, 1)
         );
         assert_eq!(now.phase, Phase::Downloading);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_waiter_moves_while_the_pull_it_waits_for_does() {
         let pulls = Pulls::default();
         let (holder, waiter) = (pulls.begin("example.com/a:1"), pulls.begin("example.com/b:1"));
-        let stall = Duration::from_secs(60);
-        // The holder moves for 5 min: the waiter, receiving nothing itself, is not aborted.
+        // The holder moves for 1.6 s: the waiter, receiving nothing itself, is not aborted.
         let holder_state = holder.state.clone();
         let wait = async {
             let _following = waiter.state.follow(Some(holder_state.clone()));
-            for _ in 0..10 {
-                tokio::time::sleep(Duration::from_secs(30)).await;
+            for _ in 0..8 {
+                tokio::time::sleep(STEP).await;
                 holder_state.add_bytes(1);
             }
         };
-        watched(&waiter.state, stall, wait).await.unwrap();
+        watched(&waiter.state, STALL, wait).await.unwrap();
         // The holder stalls: so does the waiter.
         let wait = async {
             let _following = waiter.state.follow(Some(holder.state.clone()));
             std::future::pending::<()>().await
         };
-        assert!(watched(&waiter.state, stall, wait).await.is_err());
+        assert!(watched(&waiter.state, STALL, wait).await.is_err());
         // Waiting for itself (one layer listed twice) is no excuse.
         let wait = async {
             let _following = waiter.state.follow(Some(waiter.state.clone()));
             std::future::pending::<()>().await
         };
-        assert!(watched(&waiter.state, stall, wait).await.is_err());
+        assert!(watched(&waiter.state, STALL, wait).await.is_err());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn no_timeout_never_aborts() {
         let pulls = Pulls::default();
         let handle = pulls.begin("example.com/quiet:1");
-        let late = tokio::time::sleep(Duration::from_secs(3600));
+        // Past the first check (LOG_EVERY with no timeout), with nothing received.
+        let late = tokio::time::sleep(LOG_EVERY + STEP);
         watched(&handle.state, Duration::ZERO, late).await.unwrap();
     }
 }
