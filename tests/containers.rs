@@ -537,18 +537,8 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
     assert!(!pod.daemon.state.join("shims").join(&pod.id[..32]).exists());
 
     // A pod with a container created and never started keeps its shim when stopped.
-    let mut config = pod.config.clone();
-    config.metadata.as_mut().unwrap().name = "holding".into();
-    config.metadata.as_mut().unwrap().uid = "uid-holding".into();
-    let holding = runtime
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let config = pod.sibling("holding");
+    let holding = pod.run_sandbox(config.clone()).await;
     let created = runtime
         .create_container(api::CreateContainerRequest {
             pod_sandbox_id: holding.clone(),
@@ -607,18 +597,8 @@ async fn a_create_racing_its_pods_stop_never_loses_the_shim() {
         .unwrap();
     let (mut created, mut refused) = (0, 0);
     for round in 0..16u64 {
-        let mut config = pod.config.clone();
-        config.metadata.as_mut().unwrap().name = format!("race-{round}");
-        config.metadata.as_mut().unwrap().uid = format!("uid-race-{round}");
-        let id = runtime
-            .run_pod_sandbox(api::RunPodSandboxRequest {
-                config: Some(config.clone()),
-                runtime_handler: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .pod_sandbox_id;
+        let config = pod.sibling(&format!("race-{round}"));
+        let id = pod.run_sandbox(config.clone()).await;
         let (mut creator, mut stopper) = (pod.daemon.runtime().await, pod.daemon.runtime().await);
         // One starts up to 16 ms after the other, round by round, so that the stop lands
         // before, in every step of, and after the create.

@@ -84,10 +84,7 @@ impl Rig {
             });
         })
         .await;
-        let mut plain_config = pod.config.clone();
-        let metadata = plain_config.metadata.as_mut().unwrap();
-        metadata.name = format!("{name}-plain");
-        metadata.uid = format!("uid-{name}-plain");
+        let mut plain_config = pod.sibling(&format!("{name}-plain"));
         plain_config.linux.as_mut().unwrap().security_context = Some(api::LinuxSandboxSecurityContext {
             namespace_options: Some(api::NamespaceOption {
                 network: api::NamespaceMode::Node as i32,
@@ -95,16 +92,8 @@ impl Rig {
             }),
             ..Default::default()
         });
+        let plain_id = pod.run_sandbox(plain_config.clone()).await;
         let mut runtime = pod.daemon.runtime().await;
-        let plain_id = runtime
-            .run_pod_sandbox(api::RunPodSandboxRequest {
-                config: Some(plain_config.clone()),
-                runtime_handler: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .pod_sandbox_id;
 
         let userns_container = pod.run(reader("userns-root", &pod.config, 0)).await;
         pod.run(reader("userns-user", &pod.config, 1000)).await;

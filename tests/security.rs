@@ -140,9 +140,7 @@ async fn ids_meaning_unchanged_are_refused_before_anything_runs() {
 
     // A pod whose sandbox would run as (uid_t)-1 is refused as well.
     let mut runtime = pod.daemon.runtime().await;
-    let mut config = pod.config.clone();
-    config.metadata.as_mut().unwrap().name = "ids-pod-max".into();
-    config.metadata.as_mut().unwrap().uid = "uid-ids-pod-max".into();
+    let mut config = pod.sibling("ids-pod-max");
     let sc = config
         .linux
         .get_or_insert_with(Default::default)

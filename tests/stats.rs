@@ -296,21 +296,10 @@ async fn pod_network_counters_grow_with_traffic() {
 async fn a_pod_with_a_cgroup_parent_is_read_from_it() {
     let pod = pod("statsparent").await;
     let parent = format!("/scute-stats-it-{}", std::process::id());
-    let mut config = pod.config.clone();
-    let metadata = config.metadata.as_mut().unwrap();
-    metadata.name = "statsparent2".into();
-    metadata.uid = "uid-statsparent2".into();
+    let mut config = pod.sibling("statsparent2");
     config.linux.as_mut().unwrap().cgroup_parent = parent.clone();
+    let sandbox = pod.run_sandbox(config.clone()).await;
     let mut runtime = pod.daemon.runtime().await;
-    let sandbox = runtime
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
     // The kubelet limits the pod cgroup; so does this test.
     let memory_dir = std::path::Path::new("/sys/fs/cgroup/memory").join(parent.trim_start_matches('/'));
     std::fs::write(memory_dir.join("memory.limit_in_bytes"), (256u64 << 20).to_string()).unwrap();

@@ -231,25 +231,10 @@ async fn stream_rpcs_page_what_list_rpcs_return() {
     // Three more pods of 1.5 MiB each.
     let mut pods = vec![pod.id.clone()];
     for i in 0..3 {
-        let mut config = pod.config.clone();
-        let metadata = config.metadata.as_mut().unwrap();
-        metadata.name = format!("streamlists{i}");
-        metadata.uid = format!("uid-streamlists{i}");
+        let mut config = pod.sibling(&format!("streamlists{i}"));
         config.labels = labels("size", "big");
         config.annotations = big_annotations();
-        let id = pod
-            .daemon
-            .runtime()
-            .await
-            .run_pod_sandbox(api::RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .pod_sandbox_id;
-        pods.push(id);
+        pods.push(pod.run_sandbox(config).await);
     }
 
     // Containers: every one, over several pages, exactly the List answer in the same order.

@@ -109,13 +109,29 @@ impl OomWatch {
 /// The counter file of the memory cgroup `pid` is in, if it has one.
 fn counter_path(pid: i32) -> Option<PathBuf> {
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    find_counter(&cgroup, &mountinfo).into_iter().find(|p| p.is_file())
+    find_counter(&cgroup, host_hierarchies()?)
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// The host's cgroup hierarchies, read once: the mount table grows with every container's
+/// mounts, and each create read and parsed all of it for this. Hierarchies are not remounted
+/// under a running node (the daemon's host facts assume the same). An unreadable mount table
+/// is read again at the next create.
+fn host_hierarchies() -> Option<&'static Hierarchies> {
+    static READ: std::sync::OnceLock<Hierarchies> = std::sync::OnceLock::new();
+    if READ.get().is_none() {
+        let read = Hierarchies::read();
+        if read == Hierarchies::default() {
+            return None;
+        }
+        let _ = READ.set(read);
+    }
+    READ.get()
 }
 
 /// Candidate counter files: the v1 memory controller's, then the unified hierarchy's.
-fn find_counter(proc_cgroup: &str, mountinfo: &str) -> Vec<PathBuf> {
-    let hierarchies = Hierarchies::from_mounts(&scute_sys::mountinfo::parse(mountinfo));
+fn find_counter(proc_cgroup: &str, hierarchies: &Hierarchies) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for line in proc_cgroup.lines() {
         let mut f = line.splitn(3, ':');
@@ -153,6 +169,10 @@ fn parse_kills(text: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn of(mountinfo: &str) -> Hierarchies {
+        Hierarchies::from_mounts(&scute_sys::mountinfo::parse(mountinfo))
+    }
+
     const MOUNTINFO: &str = "\
 22 1 0:21 / /sys rw - sysfs sysfs rw
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -165,7 +185,7 @@ mod tests {
     fn v1_memory_controller() {
         let cg = "9:name=systemd:/\n4:memory:/scute/c1\n1:cpu:/\n0::/\n";
         assert_eq!(
-            find_counter(cg, MOUNTINFO),
+            find_counter(cg, &of(MOUNTINFO)),
             vec![PathBuf::from("/sys/fs/cgroup/memory/scute/c1/memory.oom_control")]
         );
     }
@@ -174,16 +194,16 @@ mod tests {
     fn v2_unified() {
         let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(
-            find_counter("0::/kubepods/c 1\n", mi),
+            find_counter("0::/kubepods/c 1\n", &of(mi)),
             vec![PathBuf::from("/sys/fs/cgroup/kubepods/c 1/memory.events")]
         );
         // A mount of a sub-tree (in a cgroup namespace, or a bind mount).
         let mi = "30 23 0:26 /kube /mnt/cg\\040x rw - cgroup2 cgroup2 rw\n";
         assert_eq!(
-            find_counter("0::/kube/c\n", mi),
+            find_counter("0::/kube/c\n", &of(mi)),
             vec![PathBuf::from("/mnt/cg x/c/memory.events")]
         );
-        assert!(find_counter("0::/other/c\n", mi).is_empty());
+        assert!(find_counter("0::/other/c\n", &of(mi)).is_empty());
     }
 
     #[test]

@@ -162,6 +162,31 @@ impl Pod {
             .unwrap_or_else(|e| panic!("StartContainer {id}: {e:?}"));
     }
 
+    /// This pod's config under another name (and the uid `uid-<name>`), for a second pod on the
+    /// same daemon.
+    pub fn sibling(&self, name: &str) -> api::PodSandboxConfig {
+        let mut config = self.config.clone();
+        let metadata = config.metadata.as_mut().expect("the pod's config has metadata");
+        metadata.name = name.into();
+        metadata.uid = format!("uid-{name}");
+        config
+    }
+
+    /// RunPodSandbox of `config` (e.g. a `sibling`) on this pod's daemon; answers its ID.
+    pub async fn run_sandbox(&self, config: api::PodSandboxConfig) -> String {
+        self.daemon
+            .runtime()
+            .await
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}"))
+            .into_inner()
+            .pod_sandbox_id
+    }
+
     /// PullImage through the daemon's mirrors; answers the image's ID.
     pub async fn pull(&self, image: &str) -> String {
         self.daemon

@@ -479,13 +479,11 @@ impl SandboxManager {
     /// the network and releases the netns and /dev/shm. With `end_shim` (the caller found no
     /// container the shim still holds) the shim ends too, as containerd's does once its tasks
     /// are deleted: a stopped pod the kubelet keeps (a finished Job's) costs no process.
-    /// Idempotent; unknown sandboxes are fine.
-    pub async fn stop(&self, id_or_prefix: &str, end_shim: bool) -> Result<(), SandboxError> {
-        let Some(id) = self.resolve_known(id_or_prefix)? else {
-            return Ok(());
-        };
-        let _lock = self.id_locks.lock(&id).await;
-        let Some(mut record) = self.store.get::<SandboxRecord>(&id)? else {
+    /// Idempotent; `id` is whole (the caller resolved it to key the pod's gate), and a sandbox
+    /// removed meanwhile is fine.
+    pub async fn stop(&self, id: &str, end_shim: bool) -> Result<(), SandboxError> {
+        let _lock = self.id_locks.lock(id).await;
+        let Some(mut record) = self.store.get::<SandboxRecord>(id)? else {
             return Ok(());
         };
         let teardown = if end_shim {
@@ -571,13 +569,11 @@ impl SandboxManager {
         Ok(id)
     }
 
-    /// RemovePodSandbox: stops it if needed, then removes the shim, mounts, directories and record.
-    pub async fn remove(&self, id_or_prefix: &str) -> Result<(), SandboxError> {
-        let Some(id) = self.resolve_known(id_or_prefix)? else {
-            return Ok(());
-        };
-        let _lock = self.id_locks.lock(&id).await;
-        let Some(record) = self.store.get::<SandboxRecord>(&id)? else {
+    /// RemovePodSandbox: stops it if needed, then removes the shim, mounts, directories and
+    /// record. `id` is whole, as for `stop`; a sandbox removed meanwhile is fine.
+    pub async fn remove(&self, id: &str) -> Result<(), SandboxError> {
+        let _lock = self.id_locks.lock(id).await;
+        let Some(record) = self.store.get::<SandboxRecord>(id)? else {
             return Ok(());
         };
         // Built before the removal so it carries the pod's status: the kubelet finds the pod's
