@@ -53,12 +53,18 @@ def add(tracefs, group, binary, probes):
 
 
 def remove(tracefs, group):
+    """Removes the event and its probes. Written as `add` writes: Python's append mode seeks to
+    the end on open, which uprobe_events refuses (EINVAL), so a cleanup through it left every
+    probe in place for the next run's counts to mix with."""
     events = os.path.join(tracefs, "uprobe_events")
     with open(events) as f:
         if not any(line.startswith(f"p:{group}/{EVENT} ") for line in f):
             return
-    with open(events, "a") as f:
-        f.write(f"-:{group}/{EVENT}\n")
+    fd = os.open(events, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, f"-:{group}/{EVENT}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def write(tracefs, probes, out):
