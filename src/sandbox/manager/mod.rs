@@ -509,7 +509,7 @@ impl SandboxManager {
         // two moves it from Ready reports STOPPED, so the event goes out exactly once (not on
         // retries, nor after pause exited first and that was reported).
         if was_ready {
-            self.send_event(&id, api::ContainerEventType::ContainerStoppedEvent)
+            self.send_event(id, api::ContainerEventType::ContainerStoppedEvent)
                 .await;
         }
         released
@@ -578,10 +578,10 @@ impl SandboxManager {
         };
         // Built before the removal so it carries the pod's status: the kubelet finds the pod's
         // UID there (containerd 2 does the same).
-        let deleted = self.event(&id, api::ContainerEventType::ContainerDeletedEvent).await;
+        let deleted = self.event(id, api::ContainerEventType::ContainerDeletedEvent).await;
         self.teardown(&record, Teardown::Remove).await?;
-        self.store.delete::<SandboxRecord>(&id, Some(&record.name))?;
-        self.unclaimed.forget(&id);
+        self.store.delete::<SandboxRecord>(id, Some(&record.name))?;
+        self.unclaimed.forget(id);
         tracing::info!(sandbox = %id, "pod sandbox removed");
         if let Some(event) = deleted {
             self.events.send(event);
