@@ -31,15 +31,7 @@ fn pod_config(name: &str) -> api::PodSandboxConfig {
 }
 
 async fn run(daemon: &Daemon, config: api::PodSandboxConfig) -> Result<String, tonic::Status> {
-    daemon
-        .runtime()
-        .await
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        })
-        .await
-        .map(|r| r.into_inner().pod_sandbox_id)
+    daemon.run_pod_sandbox(config).await
 }
 
 async fn status(daemon: &Daemon, id: &str) -> Result<api::PodSandboxStatusResponse, tonic::Status> {

@@ -207,6 +207,18 @@ impl Daemon {
         ImageServiceClient::new(connect(&self.socket).await)
     }
 
+    /// RunPodSandbox of `config` with the default runtime handler; answers the pod's ID.
+    pub async fn run_pod_sandbox(&self, config: scute::api::PodSandboxConfig) -> Result<String, tonic::Status> {
+        self.runtime()
+            .await
+            .run_pod_sandbox(scute::api::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+            .map(|r| r.into_inner().pod_sandbox_id)
+    }
+
     /// Every pod sandbox the daemon lists (ListPodSandbox without a filter).
     pub async fn pods(&self) -> Vec<scute::api::PodSandbox> {
         self.runtime()

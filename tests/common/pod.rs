@@ -175,16 +175,9 @@ impl Pod {
     /// RunPodSandbox of `config` (e.g. a `sibling`) on this pod's daemon; answers its ID.
     pub async fn run_sandbox(&self, config: api::PodSandboxConfig) -> String {
         self.daemon
-            .runtime()
-            .await
-            .run_pod_sandbox(api::RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: String::new(),
-            })
+            .run_pod_sandbox(config)
             .await
             .unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}"))
-            .into_inner()
-            .pod_sandbox_id
     }
 
     /// PullImage through the daemon's mirrors; answers the image's ID.
