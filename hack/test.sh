@@ -5,12 +5,30 @@
 #                           image kit end to end, critest, then the VM test node (hack/vm.sh
 #                           test: systemd PID 1, pure cgroup v2, the systemd cgroup driver)
 #   SCUTE_SKIP_VM=1 hack/test.sh      everything but the VM stage
+#   hack/test.sh --quick    the inner loop (a few minutes warm): format, lint, unit tests and
+#                           the fast integration suites (foundation, images, sandboxes,
+#                           containers); no critest, no kubelet, no VM
+#
+# Tests run under cargo nextest (.config/nextest.toml): every test a process of its own, the
+# suites side by side, one kubelet at a time; one registry filled with the test images serves
+# every test (SCUTE_TEST_IMAGES_REGISTRY). The slowest tests are listed after the run and the
+# JUnit report is kept in target/nextest/ci/junit.xml.
 #
 # Integration tests start their own daemons and registries in temp dirs and remove them.
 # crictl, critest and kubelet come from ../shared/tools (no registry has them): installed with
 # its install.sh when it is beside the checkout; without it the kubelet suite and critest are
 # skipped, and this says so. Each step's wall time is printed at the end.
 set -euo pipefail
+
+quick=0
+case ${1:-} in
+--quick) quick=1 ;;
+"") ;;
+*)
+	sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
@@ -62,11 +80,21 @@ fi
 
 step "system packages"
 hack/setup.sh
+# The VM guest's image (mmdebstrap: downloads and unpacks, little CPU) is built while the host
+# stages run; its host packages first, so no two apt runs meet.
+vm_build_log=$(mktemp -t scute-vm-build.XXXXXX)
+vm_build_pid=""
+if ((!quick)) && [[ -z ${SCUTE_SKIP_VM:-} ]]; then
+	hack/vm.sh deps
+	hack/vm.sh build >"$vm_build_log" 2>&1 &
+	vm_build_pid=$!
+fi
 
-step "field tools: crictl, critest, kubelet (../shared/tools)"
+step "field tools: crictl, critest, kubelet, the control plane, e2e.test (../shared/tools)"
 shared_tools=$repo_root/../shared/tools
 if [[ -x $shared_tools/install.sh ]]; then
-	tools_dir=$("$shared_tools/install.sh")
+	tools_dir=$("$shared_tools/install.sh" /var/cache/scute-test-tools crictl critest kubelet \
+		kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns agnhost e2e.test)
 	export SCUTE_TEST_TOOLS=$tools_dir PATH=$tools_dir:$PATH
 	echo "test.sh: $(kubelet --version), $(crictl --version), critest from $tools_dir" >&2
 else
@@ -87,11 +115,15 @@ else
 	echo "test.sh: clippy not installed; lint skipped" >&2
 fi
 
-step "unit and integration tests"
-# Two cores: the daemon tests are I/O bound, let them run in parallel.
-cargo test --workspace --locked
+step "build (every binary and test target)"
+# Built once here: each test process then uses the binaries as they are (SCUTE_TEST_NO_BUILD)
+# instead of each running cargo, which would queue on the target dir's lock.
+cargo build --workspace --locked --bins --tests
+export SCUTE_TEST_NO_BUILD=1
 
 step "test images: build with the image kit and push to a real local registry"
+# One registry for every test of the run (and the kubelet suite): tests that need a registry of
+# their own (stopped under a daemon, with auth, hostile) still start one.
 registry_dir=$(mktemp -d -t scute-test-registry.XXXXXX)
 cleanup() {
 	hack/registry.sh stop --dir "$registry_dir" >/dev/null 2>&1 || true
@@ -109,6 +141,36 @@ for repo in pause e2e-test-images/busybox e2e-test-images/httpd e2e-test-images/
 	k8s-staging-cri-tools/hostnet-nginx-amd64; do
 	grep -q "\"$repo\"" <<<"$catalog" || { echo "test.sh: $repo missing from registry catalog: $catalog" >&2; exit 1; }
 done
+export SCUTE_TEST_IMAGES_REGISTRY=127.0.0.1:$port
+
+# Prints the slowest tests of the JUnit report nextest just wrote.
+slowest_tests() {
+	local junit=target/nextest/ci/junit.xml
+	[[ -f $junit ]] || return 0
+	printf '\n==> the slowest tests (seconds)\n' >&2
+	python3 - "$junit" <<-'PY' >&2
+		import sys, xml.etree.ElementTree as ET
+		cases = [(float(c.get("time", 0)), c.get("classname", ""), c.get("name", ""))
+		         for c in ET.parse(sys.argv[1]).iter("testcase")]
+		total = sum(t for t, _, _ in cases)
+		for t, binary, name in sorted(cases, reverse=True)[:25]:
+		    print(f"{t:8.1f}  {binary} {name}")
+		print(f"{total:8.1f}  in all, {len(cases)} tests (test time summed over the parallel runs)")
+	PY
+}
+
+step "unit and integration tests (cargo nextest)"
+if ((quick)); then
+	cargo nextest run --workspace --locked --profile ci \
+		-E 'kind(lib) | kind(bin) | binary(foundation) | binary(images) | binary(sandboxes) | binary(containers)'
+	slowest_tests
+	step "quick checks passed"
+	exit 0
+fi
+status=0
+cargo nextest run --workspace --locked --profile ci || status=$?
+slowest_tests
+((status == 0)) || exit "$status"
 cleanup
 trap print_timings EXIT
 
@@ -116,10 +178,45 @@ step "CRI conformance: critest"
 # The debug build cargo test just built and tested (a release build would add minutes).
 SCUTE_PROFILE=debug critest/run.sh
 
+if [[ -n ${tools_dir:-} ]]; then
+	# One cluster for the run: the cluster tests and the Conformance specs share it.
+	step "cluster: hack/cluster.sh up (2 nodes, each its own scute, kubelet and kube-proxy)"
+	trap 'hack/cluster.sh down || true; print_timings' EXIT
+	SCUTE_PROFILE=debug hack/cluster.sh up
+	export SCUTE_CLUSTER_KUBECONFIG
+	SCUTE_CLUSTER_KUBECONFIG=$(hack/cluster.sh kubeconfig)
+
+	step "cluster tests (tests/cluster.rs, through kubectl)"
+	status=0
+	cargo nextest run --locked --profile ci --test cluster || status=$?
+	slowest_tests
+	((status == 0)) || exit "$status"
+
+	step "Conformance: hack/conformance.sh --ci (the specs that go through the runtime)"
+	hack/conformance.sh --ci
+
+	step "cluster: hack/cluster.sh down, nothing left"
+	hack/cluster.sh down
+	trap print_timings EXIT
+	left=$(ip netns list | grep -o '^scute-node[0-9]*' || true)
+	left+=$(ip -br link show sctc0 2>/dev/null || true)
+	left+=$(pgrep -af '/(kubelet|kube-proxy|kube-apiserver|etcd) ' || true)
+	[[ -z $left ]] || { echo "test.sh: the cluster left: $left" >&2; exit 1; }
+	unset SCUTE_CLUSTER_KUBECONFIG
+else
+	echo "test.sh: the cluster stage is SKIPPED (Kubernetes' binaries come from ../shared/tools)" >&2
+fi
+
 if [[ -n ${SCUTE_SKIP_VM:-} ]]; then
 	echo "test.sh: SCUTE_SKIP_VM is set: the VM test node stage is SKIPPED" >&2
 else
 	step "VM test node: Debian 12, systemd PID 1, pure cgroup v2, systemd cgroup driver (hack/vm.sh test)"
+	if ! wait "$vm_build_pid"; then
+		cat "$vm_build_log" >&2
+		echo "test.sh: building the VM guest image failed" >&2
+		exit 1
+	fi
+	grep -h 'guest image\|reusing' "$vm_build_log" >&2 || true
 	hack/vm.sh test
 fi
 

@@ -4,6 +4,7 @@
 # systemd, and whose cgroup hierarchies must never be unmounted or moved, so it cannot become
 # one itself).
 #
+#   hack/vm.sh deps                  install the host packages the VM needs (qemu, mmdebstrap)
 #   hack/vm.sh build                 build the guest image (cached: reused while its inputs are
 #                                    unchanged), print its dir
 #   hack/vm.sh run [OPTIONS] -- COMMAND [ARGS...]
@@ -322,6 +323,7 @@ vm_test() {
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (qemu's 9p shares as root, the image build)"
 case ${1:-} in
+deps) install_host_packages ;;
 build) build_image >/dev/null ;;
 run) shift && run "$@" ;;
 shell) shift && shell "$@" ;;

@@ -80,9 +80,10 @@ impl Drop for Pod {
     }
 }
 
-fn build_images(registry: &Registry) {
+/// The test images' registry (built under the same lock as `custom_image` reads the rootfs).
+fn registry_with_test_images() -> Registry {
     let _one_build = IMAGE_BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    registry.push_test_images();
+    Registry::with_test_images()
 }
 
 /// The busybox rootfs of images/build.sh as an image with Entrypoint ["echo", "ep"],
@@ -157,8 +158,7 @@ async fn pod(name: &str) -> Pod {
 }
 
 async fn pod_with(name: &str, opts: PodOpts) -> Pod {
-    let registry = Registry::start();
-    build_images(&registry);
+    let registry = registry_with_test_images();
     if opts.custom_image {
         custom_image(&registry);
     }

@@ -25,8 +25,7 @@ struct Pod {
 
 /// A daemon with the test images behind mirrors, busybox pulled, and a host-network pod.
 async fn pod(name: &str) -> Pod {
-    let registry = Registry::start();
-    registry.push_test_images();
+    let registry = Registry::with_test_images();
     let daemon = Daemon::start("");
     daemon.mirror_public_registries_to(&registry.addr);
     let logs = tempfile::tempdir().unwrap();

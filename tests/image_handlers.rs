@@ -67,8 +67,7 @@ async fn remove(daemon: &Daemon, id: &str, handler: &str) -> Result<(), tonic::S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_are_scoped_by_runtime_handler() {
-    let registry = Registry::start();
-    registry.push_test_images();
+    let registry = Registry::with_test_images();
     let daemon = Daemon::start(HANDLERS);
     daemon.mirror_public_registries_to(&registry.addr);
 

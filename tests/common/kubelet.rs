@@ -71,8 +71,7 @@ fn shared_registry() -> &'static Registry {
         }
     }
     REGISTRY.get_or_init(|| {
-        let registry = Registry::start();
-        registry.push_test_images();
+        let registry = Registry::with_test_images();
         // SAFETY: registers a plain function; libtest's exit (success or failure) runs it.
         unsafe { libc::atexit(stop_registry) };
         registry

@@ -413,6 +413,23 @@ impl Registry {
         Self::start_with(&[])
     }
 
+    /// A registry holding the project's test images: the run's shared one when
+    /// `SCUTE_TEST_IMAGES_REGISTRY` names it (hack/test.sh starts and fills one for every test
+    /// process, instead of a registry and an images/build.sh run per test), else one of the
+    /// test's own, filled here. Tests that stop their registry or need it empty use `start`.
+    pub fn with_test_images() -> Registry {
+        if let Ok(addr) = std::env::var("SCUTE_TEST_IMAGES_REGISTRY") {
+            return Registry {
+                dir: tempfile::Builder::new().prefix("scute-registry-").tempdir().unwrap(),
+                addr,
+                external: true,
+            };
+        }
+        let registry = Self::start();
+        registry.push_test_images();
+        registry
+    }
+
     /// A registry that wants HTTP basic auth for `user:password`.
     pub fn start_with_htpasswd(user_password: &str) -> Registry {
         Self::start_with(&["--htpasswd", user_password])
@@ -511,6 +528,12 @@ pub fn imagekit() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
+            // hack/test.sh builds every binary before the tests (each test is a process of its
+            // own under nextest: a cargo run apiece would queue on the target dir's lock).
+            let built = repo_root().join("target/debug/scute-imagekit");
+            if std::env::var_os("SCUTE_TEST_NO_BUILD").is_some() && built.is_file() {
+                return built;
+            }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
                 .args(["build", "--quiet", "-p", "scute-imagekit"])
@@ -528,7 +551,8 @@ pub fn imagekit() -> PathBuf {
 pub fn ensure_shim_built() {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
-        // The VM test node has the host's binaries and no cargo.
+        // The VM test node has the host's binaries and no cargo; hack/test.sh builds them all
+        // before the tests.
         if std::env::var_os("SCUTE_TEST_NO_BUILD").is_some() {
             let shim = Path::new(SCUTE).with_file_name("scute-shim");
             assert!(

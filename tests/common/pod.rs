@@ -42,8 +42,7 @@ pub async fn pod_edited(
     handler: &str,
     edit: impl FnOnce(&mut api::PodSandboxConfig),
 ) -> Pod {
-    let registry = Registry::start();
-    registry.push_test_images();
+    let registry = Registry::with_test_images();
     let daemon = Daemon::start(extra_toml);
     daemon.mirror_public_registries_to(&registry.addr);
     // Host network keeps most tests independent of CNI (covered by the sandbox tests).
