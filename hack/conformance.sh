@@ -44,6 +44,8 @@ die() {
 [[ -f $shared/conformance-specs.txt ]] || die "the suite comes from ../shared/tools (e2e.test, conformance-specs.txt), which is not beside this checkout"
 tools=${SCUTE_TEST_TOOLS:-}
 [[ -n $tools && -x $tools/e2e.test ]] || tools=$("$shared/install.sh" /var/cache/scute-test-tools e2e.test kubectl)
+# The suite runs `kubectl` from PATH: this version's, not whatever the host has.
+export PATH=$tools:$PATH
 kubeconfig=${KUBECONFIG:-$("$repo_root/hack/cluster.sh" kubeconfig)}
 [[ -f $kubeconfig ]] || die "no cluster: $kubeconfig is missing (hack/cluster.sh up)"
 "$tools/kubectl" --kubeconfig "$kubeconfig" get nodes >/dev/null || die "the cluster does not answer (hack/cluster.sh status)"
@@ -99,7 +101,10 @@ for i, shard in enumerate(shards + [serial]):
     name = "serial" if i == len(shards) else f"shard-{i + 1}"
     if shard:
         with open(f"{out}/{name}.focus", "w") as f:
-            f.write("^(" + "|".join(go_quote(s) for s in shard) + ")$")
+            # Ginkgo matches the focus against the spec's text followed by its labels.
+            f.write("(" + "|".join(go_quote(s) for s in shard) + ")( |$)")
+        with open(f"{out}/{name}.specs", "w") as f:
+            f.write("\n".join(shard) + "\n")
 print(f"conformance.sh: {len(run)} specs to run ({len(parallel)} in {procs} processes, {len(serial)} serial), {len(skipped)} skipped by hack/conformance/skip.txt", file=sys.stderr)
 PY
 
@@ -125,36 +130,38 @@ log "parallel specs done in $((SECONDS - started)) s"
 run_suite serial || status=1
 
 python3 - "$out" "$((SECONDS - started))" <<'PY' | tee "$out/summary.txt"
-import glob, sys, xml.etree.ElementTree as ET
+import glob, os, sys, xml.etree.ElementTree as ET
 out, seconds = sys.argv[1], sys.argv[2]
-selected = set(l.rstrip("\n") for l in open(f"{out}/selected.txt") if l.strip())
-passed, failed, skipped_at_run = [], [], []
-for junit in glob.glob(f"{out}/*/junit.xml"):
-    for case in ET.parse(junit).iter("testcase"):
-        name = case.get("name", "")
-        # Ginkgo names cases "[It] <full text>" (labels after); match on the selected names.
-        spec = next((s for s in selected if s in name), None)
-        if spec is None:
-            continue
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed.append(spec)
-        elif case.find("skipped") is not None:
-            skipped_at_run.append(spec)
-        else:
-            passed.append(spec)
+# Each spec ran in exactly one process: read its result from that process's report only (every
+# report also lists the suite's other specs, as skipped).
+results = {}
+for specs in glob.glob(f"{out}/*.specs"):
+    name = os.path.basename(specs)[:-len(".specs")]
+    mine = [l.rstrip("\n") for l in open(specs) if l.strip()]
+    cases = {}
+    junit = f"{out}/{name}/junit.xml"
+    if os.path.exists(junit):
+        for case in ET.parse(junit).iter("testcase"):
+            cases[case.get("name", "")] = case.get("status", "")
+    for spec in mine:
+        # Ginkgo names a case "[It] <text> [<labels>]".
+        status = next((st for n, st in cases.items() if n == f"[It] {spec}" or n.startswith(f"[It] {spec} [")), None)
+        results[spec] = status or "no result"
+by = lambda st: sorted(s for s, r in results.items() if r == st)
+passed, failed, skipped_at_run = by("passed"), [s for s, r in results.items() if r in ("failed", "panicked", "timedout", "interrupted", "aborted")], by("skipped")
+other = sorted(s for s, r in results.items() if s not in passed and s not in failed and s not in skipped_at_run)
 skips = [l.rstrip("\n").split("\t") for l in open(f"{out}/skipped.txt") if l.strip()]
-not_run = sorted(selected - set(passed) - set(failed) - set(skipped_at_run))
 print(f"{len(passed)} passed, {len(failed)} failed, {len(skips) + len(skipped_at_run)} skipped"
-      f" ({len(selected)} run in {seconds} s; reports in {out})")
+      f" ({len(results)} run in {seconds} s; reports in {out})")
 for s in sorted(failed):
     print(f"FAILED   {s}")
-for s in sorted(skipped_at_run):
-    print(f"SKIPPED  {s}  (by the suite itself)")
+for s in other:
+    print(f"NO RESULT {s}  ({results[s]}: see the logs)")
+for s in skipped_at_run:
+    print(f"SKIPPED  {s}  (by the suite itself at run time)")
 for s, why in skips:
     print(f"SKIPPED  {s}  ({why})")
-for s in not_run:
-    print(f"NOT RUN  {s}  (no result in any report: see the logs)")
-sys.exit(1 if failed or not_run else 0)
+sys.exit(1 if failed or other or not passed else 0)
 PY
 summary_status=${PIPESTATUS[0]}
 ((summary_status == 0 && status == 0))

@@ -31,6 +31,8 @@ packages=(
 	libssl3                     # (images/build.sh unpacks nginx's .deb; it is never installed)
 	libcrypt1
 	zlib1g
+	netcat-openbsd              # images/cluster.sh: the agnhost image's nc, curl, bash, ip, dig and
+	bind9-dnsutils              # nslookup (upstream's has them from alpine), with their libraries
 )
 
 if [[ $(id -u) -ne 0 ]]; then

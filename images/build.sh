@@ -89,12 +89,8 @@ new_rootfs() {
 	mkdir -p "$dir"
 }
 
-# Copies host file $1 to the same path under rootfs $2, following symlinks.
-copy_at_same_path() {
-	local src=$1 rootfs=$2
-	mkdir -p "$rootfs$(dirname "$src")"
-	cp -L "$src" "$rootfs$src"
-}
+# copy_at_same_path, copy_libraries
+source "$repo_root/images/lib.sh"
 
 make_busybox_rootfs() {
 	local rootfs=$1
@@ -166,19 +162,6 @@ netdev:x:82:
 users:x:100:
 nogroup:x:65534:
 EOF
-}
-
-# Copies the shared libraries binary $1 needs (as ldd lists them on this host,
-# with the loader) to the same paths under rootfs $2.
-copy_libraries() {
-	local bin=$1 rootfs=$2 ldd_out lib
-	ldd_out=$(ldd "$bin") || die "ldd $bin failed"
-	if grep -q 'not found' <<<"$ldd_out"; then
-		die "$bin needs libraries this host lacks (run hack/setup.sh):"$'\n'"$(grep 'not found' <<<"$ldd_out")"
-	fi
-	while read -r lib; do
-		copy_at_same_path "$lib" "$rootfs"
-	done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$ldd_out")
 }
 
 # Prints the path of a .deb of package $1 in $work/debs, downloading it with

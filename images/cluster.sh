@@ -9,13 +9,20 @@
 #   coredns/coredns:v1.14.2            /coredns (kubeadm 1.36's CoreDNS image name; the binary
 #                                      is CoreDNS 1.13.1 with the kubernetes plugin)
 #   e2e-test-images/agnhost:2.63.0, :2.55
-#                                      busybox rootfs + /agnhost, ENTRYPOINT /agnhost, CMD pause
-#                                      (as upstream's; its alpine tools are busybox's here)
+#                                      busybox rootfs + /agnhost, ENTRYPOINT /agnhost, CMD pause,
+#                                      and the tools upstream's image has from alpine and the
+#                                      suite calls: bash, curl, nc (OpenBSD's), ip, dig and
+#                                      nslookup, this host's binaries with their libraries
 #   e2e-test-images/busybox:1.36.1-1, :1.37.0-1
 #                                      busybox rootfs, CMD sh
 #   e2e-test-images/nginx:1.27-0, :1.15-4
 #                                      Debian's nginx on :80 (images/build.sh's rootfs)
+#   e2e-test-images/glibc-dns-testing:2.0.0
+#                                      busybox rootfs + dig and glibc's getent (the DNS specs'
+#                                      querier)
 #   e2e-test-images/nonroot:1.5        busybox rootfs, USER 1234
+#   e2e-test-images/nonewprivs:1.4     images/build.sh's nonewprivs image (:1.3) under the
+#                                      suite's tag
 #   pause:3.10.2                       the static /pause of this repo
 # Pushing skips blobs the registry has: a re-run is quick.
 set -euo pipefail
@@ -34,6 +41,8 @@ die() {
 	log "$*"
 	exit 1
 }
+# copy_at_same_path, copy_libraries
+source "$repo_root/images/lib.sh"
 
 [[ -x $kit && -d $work/rootfs/busybox && -d $work/rootfs/nginx && -d $work/rootfs/pause ]] ||
 	die "run images/build.sh $registry first (it builds the kit and the busybox, nginx and pause rootfs dirs)"
@@ -76,8 +85,30 @@ push coredns coredns/coredns:v1.14.2 -- --rootfs "$coredns" \
 	--entrypoint '["/coredns"]' --expose 53/tcp --expose 53/udp --label scute.test/image=coredns
 
 agnhost=$(one_file_rootfs agnhost "$tools/agnhost" /agnhost)
+for bin in /usr/bin/bash /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/ip; do
+	[[ -x $bin ]] || die "$bin missing: run hack/setup.sh"
+	copy_at_same_path "$bin" "$agnhost"
+	copy_libraries "$bin" "$agnhost"
+done
+[[ -x /bin/nc.openbsd ]] || die "/bin/nc.openbsd missing: run hack/setup.sh"
+install -D -m 0755 /bin/nc.openbsd "$agnhost/usr/bin/nc"
+copy_libraries /bin/nc.openbsd "$agnhost"
+mkdir -p "$agnhost/bin"
+ln -s /usr/bin/bash "$agnhost/bin/bash"
 push agnhost e2e-test-images/agnhost:2.63.0 --also-tag 2.55 -- --rootfs "$bb" --rootfs "$agnhost" \
 	--env "$path" --entrypoint '["/agnhost"]' --cmd '["pause"]' --label scute.test/image=agnhost
+
+# glibc-dns-testing: the DNS specs' querier runs dig and glibc's getent hosts.
+dnsq=$work/rootfs/cluster-dns-testing
+rm -rf "$dnsq"
+mkdir -p "$dnsq"
+for bin in /usr/bin/dig /usr/bin/getent; do
+	[[ -x $bin ]] || die "$bin missing: run hack/setup.sh"
+	copy_at_same_path "$bin" "$dnsq"
+	copy_libraries "$bin" "$dnsq"
+done
+push glibc-dns-testing e2e-test-images/glibc-dns-testing:2.0.0 -- --rootfs "$bb" --rootfs "$dnsq" \
+	--env "$path" --cmd '["sh"]' --label scute.test/image=e2e-test-images/glibc-dns-testing
 
 push busybox-1.36 e2e-test-images/busybox:1.36.1-1 --also-tag 1.37.0-1 -- --rootfs "$bb" \
 	--env "$path" --cmd '["sh"]' --label scute.test/image=e2e-test-images/busybox:1.36
@@ -88,6 +119,9 @@ push nginx-new e2e-test-images/nginx:1.27-0 --also-tag 1.15-4 -- --rootfs "$work
 
 push nonroot e2e-test-images/nonroot:1.5 -- --rootfs "$bb" \
 	--env "$path" --cmd '["sh"]' --user 1234 --label scute.test/image=e2e-test-images/nonroot
+
+# The suite's tag of images/build.sh's nonewprivs image (critest asks for :1.3).
+"$kit" push --layout "$work/layouts/e2e-nonewprivs" --to "$registry/e2e-test-images/nonewprivs:1.4" --plain-http
 
 push pause-3.10.2 pause:3.10.2 -- --rootfs "$work/rootfs/pause" \
 	--entrypoint '["/pause"]' --user 65535:65535 --label scute.test/image=pause:3.10.2

@@ -1,0 +1,22 @@
+# Helpers images/build.sh and images/cluster.sh share (sourced; they define log and die).
+
+# Copies host file $1 to the same path under rootfs $2, following symlinks.
+copy_at_same_path() {
+	local src=$1 rootfs=$2
+	mkdir -p "$rootfs$(dirname "$src")"
+	cp -L "$src" "$rootfs$src"
+}
+
+# Copies the shared libraries binary $1 needs (as ldd lists them on this host,
+# with the loader) to the same paths under rootfs $2.
+copy_libraries() {
+	local bin=$1 rootfs=$2 ldd_out lib
+	ldd_out=$(ldd "$bin") || die "ldd $bin failed"
+	if grep -q 'not found' <<<"$ldd_out"; then
+		die "$bin needs libraries this host lacks (run hack/setup.sh):"$'\n'"$(grep 'not found' <<<"$ldd_out")"
+	fi
+	while read -r lib; do
+		copy_at_same_path "$lib" "$rootfs"
+	done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$ldd_out")
+}
+
