@@ -295,7 +295,10 @@ fn a_deployment_spreads_over_the_nodes_and_its_services_reach_it_from_each_node(
         assert!(lookup.contains(&cluster_ip), "{fqdn} from {node}: {lookup}");
         // Several requests: kube-proxy spreads them, and every answer is one of the pods. (Not
         // wget's -T: Debian's busybox 1.35 wget crashes with it, on any host.)
-        for target in [format!("http://web/hostname"), format!("http://{cluster_ip}/hostname")] {
+        for target in [
+            "http://web/hostname".to_string(),
+            format!("http://{cluster_ip}/hostname"),
+        ] {
             for _ in 0..4 {
                 let answer = ns.exec(&client, &["timeout", "10", "wget", "-qO-", &target]);
                 assert!(
