@@ -203,7 +203,7 @@ pub async fn until_empty(cgroups_path: &str, timeout: std::time::Duration) -> bo
 /// every hierarchy, where empty.
 pub fn remove_tree(cgroups_path: &str) {
     for dir in hierarchy_dirs(&dir(cgroups_path)).iter().flat_map(|d| subtree(d)) {
-        let _ = std::fs::remove_dir(dir);
+        rmdir(&dir);
     }
 }
 
@@ -211,7 +211,28 @@ pub fn remove_tree(cgroups_path: &str) {
 /// `/parent/scute-<id>`, a container's whose shim died, or the shared default parent).
 pub fn remove_dirs(dir: &str) {
     for dir in hierarchy_dirs(dir) {
-        let _ = std::fs::remove_dir(dir);
+        rmdir(&dir);
+    }
+}
+
+/// rmdir of a cgroup, retried while the kernel answers EBUSY: a process killed a moment ago
+/// keeps its cgroup populated until it is reaped and its css goes offline, which on a busy node
+/// outlasts the kill (a pod's pause cgroup was left behind so). runc retries the same way (5
+/// tries, 10 ms doubling: 310 ms at most). Any other error (ENOENT: gone already; ENOTEMPTY: a
+/// child cgroup, removed first by the callers) is left to them.
+fn rmdir(dir: &Path) {
+    let mut delay = std::time::Duration::from_millis(10);
+    for _ in 0..5 {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            _ => return,
+        }
+    }
+    if let Err(e) = std::fs::remove_dir(dir) {
+        tracing::warn!(cgroup = %dir.display(), error = %e, "cgroup still busy; left for the doctor");
     }
 }
 

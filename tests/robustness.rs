@@ -361,17 +361,12 @@ async fn timed_out_creates_are_handed_to_the_retry() {
     let mut base = pod_with("retrybase", Some(vec![])).await;
     let _log = LogOnFailure::of(&base.daemon);
 
+    let gate = tempfile::tempdir().unwrap();
+    gate_cni_adds(&base, gate.path());
     for made in [Made::Pod, Made::Container] {
         for retry in [Retry::AtOnce, Retry::Later, Retry::AfterRestart] {
             let name = format!("{made:?}-{retry:?}").to_lowercase();
-            let err = made
-                .create(&base, &parent, &name, Some(Duration::from_millis(1)))
-                .await
-                .unwrap_err();
-            assert!(
-                matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
-                "{name}: {err:?}"
-            );
+            abandon_create(made, &base, &parent, &name, gate.path()).await;
             if retry != Retry::AtOnce {
                 let daemon = &base.daemon;
                 let id = eventually("the abandoned create", || async {
@@ -423,6 +418,90 @@ async fn timed_out_creates_are_handed_to_the_retry() {
     assert_nothing_left(daemon, &parent, Some(&bridge_of(&base)));
     assert_eq!(panics_in(daemon), Vec::<String>::new());
     eprintln!("retry test took {:?}", started.elapsed());
+}
+
+/// Puts a gate before the test network's bridge plugin: while `dir/hold` exists, a CNI ADD
+/// touches `dir/started` and waits. (The plugin's dir, `<daemon dir>/cni-bin`, is searched first.)
+fn gate_cni_adds(base: &Pod, dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let bins = base.daemon.dir().join("cni-bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    let bridge = ["/opt/cni/bin/bridge", "/usr/lib/cni/bridge"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("the CNI bridge plugin");
+    let (hold, started) = (dir.join("hold"), dir.join("started"));
+    let script = format!(
+        "#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ] && [ -e {hold:?} ]; then\n  : > {started:?}\n  \
+         while [ -e {hold:?} ]; do sleep 0.02; done\nfi\nexec {bridge} \"$@\"\n"
+    );
+    std::fs::write(bins.join("gated-bridge"), script).unwrap();
+    std::fs::set_permissions(bins.join("gated-bridge"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = base.daemon.cni_conf_dir.join("10-test.conflist");
+    let mut conflist: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    conflist["plugins"][0]["type"] = "gated-bridge".into();
+    std::fs::write(&path, conflist.to_string()).unwrap();
+}
+
+/// A create the caller gives up on while the daemon is still at it, as a kubelet whose deadline
+/// passed: the create is held inside the daemon (a pod in its CNI ADD at `gate`'s hold, a
+/// container at its pod's shim, stopped with SIGSTOP) until the daemon is seen working on it
+/// (the ADD started; a request waiting unread in the stopped shim's socket), then the client
+/// drops the call (its HTTP/2 stream is reset) and the hold is released. No deadline races the
+/// request's delivery.
+async fn abandon_create(made: Made, base: &Pod, parent: &str, name: &str, gate: &Path) {
+    use nix::sys::signal::{kill, Signal};
+    let (hold, started) = (gate.join("hold"), gate.join("started"));
+    let _ = std::fs::remove_file(&started);
+    let shim = match made {
+        Made::Pod => {
+            std::fs::write(&hold, "").unwrap();
+            None
+        }
+        Made::Container => {
+            let (pid, _) = shims_of(&base.daemon.state)
+                .into_iter()
+                .find(|(_, args)| args.contains(&base.id))
+                .expect("the base pod's shim");
+            let pid = nix::unistd::Pid::from_raw(pid);
+            kill(pid, Signal::SIGSTOP).unwrap();
+            Some(pid)
+        }
+    };
+    let working = async {
+        loop {
+            let seen = match made {
+                Made::Pod => started.exists(),
+                Made::Container => shim.is_some_and(|pid| unread_request(pid.as_raw())),
+            };
+            if seen {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let outcome = {
+        let create = made.create(base, parent, name, None);
+        tokio::select! {
+            result = create => Some(result),
+            () = working => None,
+        }
+        // The call is dropped here: the client gave up.
+    };
+    let _ = std::fs::remove_file(&hold);
+    if let Some(pid) = shim {
+        kill(pid, Signal::SIGCONT).unwrap();
+    }
+    assert!(outcome.is_none(), "{name}: the held create answered: {outcome:?}");
+}
+
+/// Whether a unix socket of process `pid` holds bytes it has not read (`ss`'s Recv-Q).
+fn unread_request(pid: i32) -> bool {
+    let out = Command::new("ss").args(["-xpnH"]).output().expect("run ss");
+    String::from_utf8_lossy(&out.stdout).lines().any(|line| {
+        let recv_q = line.split_whitespace().nth(2).and_then(|q| q.parse::<u64>().ok());
+        line.contains(&format!("pid={pid},")) && recv_q.is_some_and(|q| q > 0)
+    })
 }
 
 /// The bridge of the test network `pod_with` installed (named in its conflist).

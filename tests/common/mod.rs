@@ -418,7 +418,10 @@ impl Registry {
     /// process, instead of a registry and an images/build.sh run per test), else one of the
     /// test's own, filled here. Tests that stop their registry or need it empty use `start`.
     pub fn with_test_images() -> Registry {
-        if let Ok(addr) = std::env::var("SCUTE_TEST_IMAGES_REGISTRY") {
+        if let Some(addr) = std::env::var("SCUTE_TEST_IMAGES_REGISTRY")
+            .ok()
+            .filter(|a| !a.is_empty())
+        {
             return Registry {
                 dir: tempfile::Builder::new().prefix("scute-registry-").tempdir().unwrap(),
                 addr,
