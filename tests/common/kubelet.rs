@@ -398,7 +398,11 @@ impl Node {
         }
     }
 
-    /// Removes every manifest and waits (bounded) for the kubelet to stop and forget the pods.
+    /// Removes every manifest and waits (bounded) for the kubelet to stop the pods: until its
+    /// `/pods` is empty and no container runs on the runtime. (`/pods` empties as soon as the
+    /// manifests go, while the kubelet is still stopping the containers: a kubelet stopped then
+    /// left them to the daemon's removal, each pod after a 10 s grace period of its own, which
+    /// was 400 s of a 40-pod test's teardown.)
     fn delete_all(&self) {
         let manifests = self.dir.path().join("manifests");
         for entry in std::fs::read_dir(&manifests).into_iter().flatten().flatten() {
@@ -406,15 +410,32 @@ impl Node {
         }
         // Its own runtime on a thread: Drop may run inside a test's runtime, which cannot block.
         let port = self.read_only_port;
+        let socket = self.daemon.socket.clone();
         let _ = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             let http = reqwest::Client::new();
+            let running = || async {
+                let channel = scute::client::connect(&socket).await.ok()?;
+                let mut client = scute::api::runtime_service_client::RuntimeServiceClient::new(channel);
+                let filter = scute::api::ContainerFilter {
+                    state: Some(scute::api::ContainerStateValue {
+                        state: scute::api::ContainerState::ContainerRunning as i32,
+                    }),
+                    ..Default::default()
+                };
+                let reply = client
+                    .list_containers(scute::api::ListContainersRequest { filter: Some(filter) })
+                    .await
+                    .ok()?;
+                Some(reply.into_inner().containers.len())
+            };
             let deadline = Instant::now() + Duration::from_secs(60);
             while Instant::now() < deadline {
                 let pods = runtime.block_on(get(&http, port, "/pods"));
-                if pods.is_ok_and(|p| p["items"].as_array().is_none_or(|items| items.is_empty())) {
+                let forgotten = pods.is_ok_and(|p| p["items"].as_array().is_none_or(|items| items.is_empty()));
+                if forgotten && runtime.block_on(running()).is_none_or(|n| n == 0) {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(300));
