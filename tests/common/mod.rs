@@ -500,9 +500,9 @@ impl Registry {
 
     /// Stops the registry and removes its dir, for a registry that is never dropped (a static).
     pub fn shut_down(&self) {
-        if self.run_stop().is_some() {
-            let _ = std::fs::remove_dir_all(self.dir.path());
-        }
+        let _ = self.run_stop();
+        // Also an external registry's (empty) dir: a static is never dropped.
+        let _ = std::fs::remove_dir_all(self.dir.path());
     }
 
     /// `hack/registry.sh stop` on this registry's dir; None for an external registry (not ours
