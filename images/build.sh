@@ -89,7 +89,7 @@ new_rootfs() {
 	mkdir -p "$dir"
 }
 
-# copy_at_same_path, copy_libraries
+# copy_at_same_path, copy_libraries, build_and_push
 source "$repo_root/images/lib.sh"
 
 make_busybox_rootfs() {
@@ -210,20 +210,6 @@ make_nginx_rootfs() {
 }
 
 busybox_path=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-
-# build_and_push NAME ROOTFS REF [--also-tag T]... -- BUILD-ARGS...
-build_and_push() {
-	local name=$1 rootfs=$2 ref=$3
-	shift 3
-	local push_args=()
-	while (($#)) && [[ $1 != -- ]]; do
-		push_args+=("$1")
-		shift
-	done
-	[[ ${1:-} == -- ]] && shift
-	"$kit" build --rootfs "$rootfs" --out "$work/layouts/$name" "$@" >/dev/null
-	"$kit" push --layout "$work/layouts/$name" --to "$registry/$ref" --plain-http "${push_args[@]}"
-}
 
 log "assembling rootfs dirs under $work"
 make_busybox_rootfs "$work/rootfs/busybox"

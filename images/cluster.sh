@@ -41,7 +41,7 @@ die() {
 	log "$*"
 	exit 1
 }
-# copy_at_same_path, copy_libraries
+# copy_at_same_path, copy_libraries, build_and_push
 source "$repo_root/images/lib.sh"
 
 [[ -x $kit && -d $work/rootfs/busybox && -d $work/rootfs/nginx && -d $work/rootfs/pause ]] ||
@@ -53,19 +53,6 @@ done
 # images/build.sh's lock: its rootfs dirs are not rebuilt under us.
 exec 9>"$work/.lock"
 flock 9
-
-push() {
-	local name=$1 ref=$2
-	shift 2
-	local push_args=()
-	while (($#)) && [[ $1 != -- ]]; do
-		push_args+=("$1")
-		shift
-	done
-	[[ ${1:-} == -- ]] && shift
-	"$kit" build --out "$work/layouts/cluster-$name" "$@" >/dev/null
-	"$kit" push --layout "$work/layouts/cluster-$name" --to "$registry/$ref" --plain-http "${push_args[@]}"
-}
 
 one_file_rootfs() {
 	local dir=$work/rootfs/cluster-$1 src=$2 dest=$3
@@ -81,7 +68,7 @@ bb=$work/rootfs/busybox
 log "building and pushing to $registry"
 coredns=$(one_file_rootfs coredns "$tools/coredns" /coredns)
 mkdir -p "$coredns/etc/coredns"
-push coredns coredns/coredns:v1.14.2 -- --rootfs "$coredns" \
+build_and_push cluster-coredns "$coredns" coredns/coredns:v1.14.2 -- \
 	--entrypoint '["/coredns"]' --expose 53/tcp --expose 53/udp --label scute.test/image=coredns
 
 agnhost=$(one_file_rootfs agnhost "$tools/agnhost" /agnhost)
@@ -95,7 +82,7 @@ install -D -m 0755 /bin/nc.openbsd "$agnhost/usr/bin/nc"
 copy_libraries /bin/nc.openbsd "$agnhost"
 mkdir -p "$agnhost/bin"
 ln -s /usr/bin/bash "$agnhost/bin/bash"
-push agnhost e2e-test-images/agnhost:2.63.0 --also-tag 2.55 -- --rootfs "$bb" --rootfs "$agnhost" \
+build_and_push cluster-agnhost "$bb" e2e-test-images/agnhost:2.63.0 --also-tag 2.55 -- --rootfs "$agnhost" \
 	--env "$path" --entrypoint '["/agnhost"]' --cmd '["pause"]' --label scute.test/image=agnhost
 
 # glibc-dns-testing: the DNS specs' querier runs dig and glibc's getent hosts.
@@ -107,22 +94,22 @@ for bin in /usr/bin/dig /usr/bin/getent; do
 	copy_at_same_path "$bin" "$dnsq"
 	copy_libraries "$bin" "$dnsq"
 done
-push glibc-dns-testing e2e-test-images/glibc-dns-testing:2.0.0 -- --rootfs "$bb" --rootfs "$dnsq" \
+build_and_push cluster-glibc-dns-testing "$bb" e2e-test-images/glibc-dns-testing:2.0.0 -- --rootfs "$dnsq" \
 	--env "$path" --cmd '["sh"]' --label scute.test/image=e2e-test-images/glibc-dns-testing
 
-push busybox-1.36 e2e-test-images/busybox:1.36.1-1 --also-tag 1.37.0-1 -- --rootfs "$bb" \
+build_and_push cluster-busybox-1.36 "$bb" e2e-test-images/busybox:1.36.1-1 --also-tag 1.37.0-1 -- \
 	--env "$path" --cmd '["sh"]' --label scute.test/image=e2e-test-images/busybox:1.36
 
-push nginx-new e2e-test-images/nginx:1.27-0 --also-tag 1.15-4 -- --rootfs "$work/rootfs/nginx" \
+build_and_push cluster-nginx-new "$work/rootfs/nginx" e2e-test-images/nginx:1.27-0 --also-tag 1.15-4 -- \
 	--env "$path" --cmd '["nginx","-g","daemon off;"]' --expose 80/tcp \
 	--stop-signal SIGQUIT --label scute.test/image=e2e-test-images/nginx:1.27
 
-push nonroot e2e-test-images/nonroot:1.5 -- --rootfs "$bb" \
+build_and_push cluster-nonroot "$bb" e2e-test-images/nonroot:1.5 -- \
 	--env "$path" --cmd '["sh"]' --user 1234 --label scute.test/image=e2e-test-images/nonroot
 
 # The suite's tag of images/build.sh's nonewprivs image (critest asks for :1.3).
 "$kit" push --layout "$work/layouts/e2e-nonewprivs" --to "$registry/e2e-test-images/nonewprivs:1.4" --plain-http
 
-push pause-3.10.2 pause:3.10.2 -- --rootfs "$work/rootfs/pause" \
+build_and_push cluster-pause-3.10.2 "$work/rootfs/pause" pause:3.10.2 -- \
 	--entrypoint '["/pause"]' --user 65535:65535 --label scute.test/image=pause:3.10.2
 log "done"
