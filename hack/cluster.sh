@@ -403,6 +403,13 @@ start_node() {
 			"$repo_root/target/$profile/scute" serve --config "$nd/scute.toml"
 	fi
 	wait_for "node $i's $runtime" 30 test -S "$(cri_socket "$i")"
+	# The kubelet bind-mounts its root dir shared at start when it is not, racing its own
+	# pod-resources socket (an EXDEV rename that stops it): the mount is made here first.
+	mkdir -p "$nd/kubelet"
+	if ! mountpoint -q "$nd/kubelet"; then
+		mount --bind "$nd/kubelet" "$nd/kubelet"
+		mount --make-shared "$nd/kubelet"
+	fi
 	start "node$i-kubelet" nsenter --net="/run/netns/$(node_netns "$i")" -- \
 		"$tools/kubelet" --config "$nd/kubelet.yaml" --kubeconfig "$nd/kubelet.kubeconfig" \
 		--root-dir "$nd/kubelet" --cert-dir "$nd/kubelet-pki" \

@@ -161,6 +161,7 @@ impl Node {
             }
         }
         node.write_config(config);
+        share_root_dir(&node.dir.path().join("root"));
         // A socket an earlier kubelet left would pass for this one's until it replaced it.
         let _ = std::fs::remove_file(Path::new(DEVICE_PLUGINS_DIR).join("kubelet.sock"));
         node.spawn_kubelet();
@@ -494,6 +495,17 @@ impl Drop for Node {
             panic!("processes left in the kubelet's cgroups after every pod was removed: {leaked:#?}");
         }
     }
+}
+
+/// Makes the kubelet's root dir a shared mount of its own, as the kubelet does at start when it is
+/// not one: the kubelet's own bind mount races its pod-resources listener, whose socket, made under
+/// the root dir just before the mount, then cannot be renamed into place (EXDEV) and the kubelet
+/// exits. Done first, the kubelet finds the dir shared and mounts nothing. Drop unmounts it.
+fn share_root_dir(root: &Path) {
+    use nix::mount::{mount, MsFlags};
+    mount(Some(root), root, None::<&str>, MsFlags::MS_BIND, None::<&str>).expect("bind-mount the kubelet's root dir");
+    mount(None::<&str>, root, None::<&str>, MsFlags::MS_SHARED, None::<&str>)
+        .expect("make the kubelet's root dir shared");
 }
 
 /// GET on the kubelet's read-only port, as JSON.
