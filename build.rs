@@ -56,8 +56,47 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_protos(&["proto/shim/v1/shim.proto"], &["proto"])?;
 
     link_layout();
+    build_identity();
     build_pause()?;
     Ok(())
+}
+
+/// The commit and date `scute --version` and `crictl info` show (VersionResponse keeps the plain
+/// semver: the kubelet shows it as the node's runtime version). Outside a git checkout (a source
+/// tarball) the commit is "unknown". The date is SOURCE_DATE_EPOCH's when set (reproducible
+/// builds), else the commit's, so every build of one commit reports the same.
+fn build_identity() {
+    let run = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let commit = run("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let epoch = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .or_else(|| run("git", &["log", "-1", "--format=%ct"]));
+    let date = epoch
+        .and_then(|secs| run("date", &["-u", "-d", &format!("@{secs}"), "+%Y-%m-%d"]))
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=SCUTE_COMMIT={commit}");
+    println!("cargo:rustc-env=SCUTE_COMMIT_DATE={date}");
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    // A new commit moves HEAD's branch (or HEAD itself when detached). Only files that exist are
+    // named: cargo reruns a build script on every build for a missing one.
+    if let Some(git_dir) = run("git", &["rev-parse", "--absolute-git-dir"]) {
+        let git_dir = PathBuf::from(git_dir);
+        let mut watched = vec![git_dir.join("HEAD"), git_dir.join("packed-refs")];
+        if let Some(branch) = run("git", &["symbolic-ref", "-q", "HEAD"]) {
+            watched.push(git_dir.join(branch));
+        }
+        for path in watched.iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }
 
 fn build_pause() -> Result<(), Box<dyn std::error::Error>> {

@@ -19,7 +19,7 @@
 #   6. removes every pod left (crictl rmp -fa), stops scute, kills shims it left, unmounts
 #      whatever is still mounted under the temp dir, stops the registry, removes the temp dir,
 # and exits with critest's status. critest's output and scute's log are kept in
-# target/critest/. critest needs host ports 12000-12003 free.
+# target/critest/ (CRITEST_LOGS=DIR: there instead). critest needs host ports 12000-12003 free.
 #
 # CRITEST_ENDPOINT=unix:///run/scute/scute.sock runs critest against a scute already serving
 # there (the VM test node's, under systemd, whose mirrors point at a filled registry): steps 1-4
@@ -54,7 +54,7 @@ work=$(mktemp -d /tmp/sct.XXXXXX)
 # mktemp makes it 0700; scute's root (0711) must be reachable for the mapped root of pods with
 # their own user namespace, as under /var/lib.
 chmod 0711 "$work"
-logs=$target_dir/critest
+logs=${CRITEST_LOGS:-$target_dir/critest}
 mkdir -p "$logs"
 endpoint=${CRITEST_ENDPOINT:-unix://$work/run/scute.sock}
 daemon_pid=""

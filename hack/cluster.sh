@@ -53,7 +53,7 @@ etcd_port=23790
 service_cidr=10.96.0.0/16
 cluster_cidr=10.244.0.0/16
 dns_ip=10.96.0.10
-k8s_tools=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl etcd crictl coredns agnhost)
+k8s_tools=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl etcd crictl coredns agnhost sample-apiserver)
 # The sysctls a kubelet sets at start (setupKernelTunables): saved at `up`, restored by `down`.
 kubelet_sysctls=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
 
@@ -85,19 +85,29 @@ cri_socket() { echo "$run_dir/node$1/$(node_runtime "$1").sock"; }
 # --- the tools ----------------------------------------------------------------------------
 
 tools=""
+# Sets tools to the dir with k8s_tools; with --optional (down) a missing tool is said, not fatal.
 find_tools() {
+	local problem=""
 	if [[ -n ${SCUTE_TEST_TOOLS:-} && -x $SCUTE_TEST_TOOLS/kube-apiserver ]]; then
 		tools=$SCUTE_TEST_TOOLS
 	else
 		local install=$repo_root/../shared/tools/install.sh
-		[[ -x $install ]] || die "Kubernetes' binaries come from ../shared/tools (no package registry has them); it is not beside this checkout"
-		tools=$("$install" /var/cache/scute-test-tools "${k8s_tools[@]}")
+		if [[ -x $install ]]; then
+			tools=$("$install" /var/cache/scute-test-tools "${k8s_tools[@]}") || problem="$install failed"
+		else
+			problem="Kubernetes' binaries come from ../shared/tools (no package registry has them); it is not beside this checkout"
+		fi
 	fi
 	local t
 	for t in "${k8s_tools[@]}"; do
-		[[ -x $tools/$t ]] || die "$tools/$t missing: ../shared/tools/install.sh $tools $t"
+		[[ -n $problem || -x $tools/$t ]] || problem="$tools/$t missing: ../shared/tools/install.sh $tools $t"
 	done
+	[[ -z $problem ]] && return 0
+	[[ ${1:-} == --optional ]] || die "$problem"
+	log "$problem"
+	return 1
 }
+
 kubectl() { command "$tools/kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 
 # --- processes ------------------------------------------------------------------------------
@@ -501,7 +511,7 @@ down() {
 		log "no cluster in $dir"
 		return 0
 	}
-	find_tools || true
+	find_tools --optional || log "stopping what runs without the tools (pods left to each runtime's own stop)"
 	local nodes i started=$SECONDS
 	nodes=$(node_count)
 	for ((i = 1; i <= nodes; i++)); do

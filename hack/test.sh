@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Everything CI runs (.ci/run calls this). Needs root; installs its system packages itself.
 #
-#   hack/test.sh            lint, unit tests, integration tests (with the kubelet suite),
-#                           image kit end to end, critest, then the VM test node (hack/vm.sh
-#                           test: systemd PID 1, pure cgroup v2, the systemd cgroup driver)
+#   hack/test.sh            lint, build, unit and integration tests (with the kubelet suite),
+#                           critest, a 2-node cluster (tests/cluster.rs and Conformance specs)
+#                           on the host; beside them, from the build on, the VM test node
+#                           (hack/vm.sh test: systemd PID 1, pure cgroup v2, the systemd driver)
 #   SCUTE_SKIP_VM=1 hack/test.sh      everything but the VM stage
 #   hack/test.sh --quick    the inner loop (a few minutes warm): format, lint, unit tests and
 #                           the fast integration suites (foundation, images, sandboxes,
 #                           containers); no critest, no kubelet, no VM
+#
+# Which suite runs where, and why:
+# - the host (cgroup v1 hybrid, no systemd, the cgroupfs driver, kernel 6.18): every unit and
+#   integration test, the kubelet suite, critest whole, the cluster stage;
+# - the VM node (pure cgroup v2, systemd PID 1, the systemd driver, kernel 6.1, run under TCG at
+#   about a tenth of host speed): what depends on those: scute.service with its scopes, critest
+#   without its image-service specs (pulls, lists and removals touch no cgroup or init system),
+#   the kubelet suite's cgroup, stats, restart and image-volume tests, the CDI suite, the
+#   cgroup update tests with each driver, the .deb, a reboot.
 #
 # Tests run under cargo nextest (.config/nextest.toml): every test a process of its own, the
 # suites side by side, one kubelet at a time; one registry filled with the test images serves
@@ -80,21 +90,44 @@ fi
 
 step "system packages"
 hack/setup.sh
-# The VM guest's image (mmdebstrap: downloads and unpacks, little CPU) is built while the host
-# stages run; its host packages first, so no two apt runs meet.
-vm_build_log=$(mktemp -t scute-vm-build.XXXXXX)
-vm_build_pid=""
+
+# The VM stage runs beside the host stages, in a session of its own (so that an exit here stops
+# all of it, qemu included) and at a lower priority: it builds the guest image now (mmdebstrap:
+# downloads and unpacks, little CPU), waits for the build step below, then boots the guest while
+# the host's tests run, which mostly wait on processes, sockets and sleeps; the guest, emulated
+# (TCG), takes what CPU they leave. Its output goes to target/vm-stage.log and is printed at the
+# end. Its host packages are installed first, so no two apt runs meet.
+vm_stage_pid=""
+vm_stage_log=$repo_root/target/vm-stage.log
+host_built=$repo_root/target/.host-build-status
+stop_vm_stage() {
+	[[ -n $vm_stage_pid ]] && kill -0 "$vm_stage_pid" 2>/dev/null || return 0
+	echo "test.sh: stopping the VM stage (its log: $vm_stage_log)" >&2
+	kill -TERM -- "-$vm_stage_pid" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$vm_stage_pid" 2>/dev/null || break; sleep 0.1; done
+}
+finish() {
+	stop_vm_stage
+	print_timings
+}
+trap finish EXIT
 if ((!quick)) && [[ -z ${SCUTE_SKIP_VM:-} ]]; then
 	hack/vm.sh deps
-	hack/vm.sh build >"$vm_build_log" 2>&1 &
-	vm_build_pid=$!
+	mkdir -p target
+	rm -f "$host_built"
+	# (Its images/build.sh runs after the build step, which makes this kit.)
+	export SCUTE_IMAGEKIT=$repo_root/target/debug/scute-imagekit
+	setsid nice -n 10 hack/vm.sh test --after "$host_built" >"$vm_stage_log" 2>&1 </dev/null &
+	vm_stage_pid=$!
+	vm_stage_started=$SECONDS
+	echo "test.sh: the VM stage runs beside the host stages: tail -f $vm_stage_log" >&2
 fi
 
 step "field tools: crictl, critest, kubelet, the control plane, e2e.test (../shared/tools)"
 shared_tools=$repo_root/../shared/tools
 if [[ -x $shared_tools/install.sh ]]; then
 	tools_dir=$("$shared_tools/install.sh" /var/cache/scute-test-tools crictl critest kubelet \
-		kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns agnhost e2e.test)
+		kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns agnhost sample-apiserver e2e.test)
 	export SCUTE_TEST_TOOLS=$tools_dir PATH=$tools_dir:$PATH
 	echo "test.sh: $(kubelet --version), $(crictl --version), critest from $tools_dir" >&2
 else
@@ -119,7 +152,10 @@ step "build (every binary and test target)"
 # Built once here: each test process then uses the binaries as they are (SCUTE_TEST_NO_BUILD)
 # instead of each running cargo, which would queue on the target dir's lock.
 cargo build --workspace --locked --bins --tests
-export SCUTE_TEST_NO_BUILD=1
+# The images are built with the debug image kit just built (its hashing and compression crates
+# are optimised in debug builds too): a release kit would compile every dependency again.
+export SCUTE_TEST_NO_BUILD=1 SCUTE_IMAGEKIT=$repo_root/target/debug/scute-imagekit
+echo ok >"$host_built"
 
 step "test images: build with the image kit and push to a real local registry"
 # One registry for every test of the run (and the kubelet suite): tests that need a registry of
@@ -129,7 +165,7 @@ cleanup() {
 	hack/registry.sh stop --dir "$registry_dir" >/dev/null 2>&1 || true
 	rm -rf "$registry_dir"
 }
-trap 'cleanup; print_timings' EXIT
+trap 'cleanup; finish' EXIT
 # A free loopback port, so a developer's registry on :5000 is left alone.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 hack/registry.sh start --addr "127.0.0.1:$port" --dir "$registry_dir" >/dev/null
@@ -172,7 +208,7 @@ cargo nextest run --workspace --locked --profile ci || status=$?
 slowest_tests
 ((status == 0)) || exit "$status"
 cleanup
-trap print_timings EXIT
+trap finish EXIT
 
 step "CRI conformance: critest"
 # The debug build cargo test just built and tested (a release build would add minutes).
@@ -181,14 +217,15 @@ SCUTE_PROFILE=debug critest/run.sh
 if [[ -n ${tools_dir:-} ]]; then
 	# One cluster for the run: the cluster tests and the Conformance specs share it.
 	step "cluster: hack/cluster.sh up (2 nodes, each its own scute, kubelet and kube-proxy)"
-	trap 'hack/cluster.sh down || true; print_timings' EXIT
+	trap 'hack/cluster.sh down || true; finish' EXIT
 	SCUTE_PROFILE=debug hack/cluster.sh up
 	export SCUTE_CLUSTER_KUBECONFIG
 	SCUTE_CLUSTER_KUBECONFIG=$(hack/cluster.sh kubeconfig)
 
 	step "cluster tests (tests/cluster.rs, through kubectl)"
 	status=0
-	cargo nextest run --locked --profile ci --test cluster || status=$?
+	# --workspace: the features the build step unified (a root-only build would compile again)
+	cargo nextest run --workspace --locked --profile ci --test cluster || status=$?
 	slowest_tests
 	((status == 0)) || exit "$status"
 
@@ -197,7 +234,7 @@ if [[ -n ${tools_dir:-} ]]; then
 
 	step "cluster: hack/cluster.sh down, nothing left"
 	hack/cluster.sh down
-	trap print_timings EXIT
+	trap finish EXIT
 	left=$(ip netns list | grep -o '^scute-node[0-9]*' || true)
 	left+=$(ip -br link show sctc0 2>/dev/null || true)
 	left+=$(pgrep -af '/(kubelet|kube-proxy|kube-apiserver|etcd) ' || true)
@@ -207,17 +244,16 @@ else
 	echo "test.sh: the cluster stage is SKIPPED (Kubernetes' binaries come from ../shared/tools)" >&2
 fi
 
-if [[ -n ${SCUTE_SKIP_VM:-} ]]; then
+if [[ -n $vm_stage_pid ]]; then
+	step "VM test node: Debian 12, systemd PID 1, pure cgroup v2, systemd cgroup driver (hack/vm.sh test, beside the host stages since $((vm_stage_started))s)"
+	status=0
+	wait "$vm_stage_pid" || status=$?
+	vm_stage_pid=""
+	cat "$vm_stage_log" >&2
+	timings+=("$(printf '%6ds  (the VM stage, from the start of its image build to its end, beside the host stages)' $((SECONDS - vm_stage_started)))")
+	((status == 0)) || { echo "test.sh: the VM stage failed (status $status)" >&2; exit "$status"; }
+elif ((!quick)); then
 	echo "test.sh: SCUTE_SKIP_VM is set: the VM test node stage is SKIPPED" >&2
-else
-	step "VM test node: Debian 12, systemd PID 1, pure cgroup v2, systemd cgroup driver (hack/vm.sh test)"
-	if ! wait "$vm_build_pid"; then
-		cat "$vm_build_log" >&2
-		echo "test.sh: building the VM guest image failed" >&2
-		exit 1
-	fi
-	grep -h 'guest image\|reusing' "$vm_build_log" >&2 || true
-	hack/vm.sh test
 fi
 
 step "all tests passed"

@@ -16,8 +16,11 @@
 #       --mem MiB (6144)  --cpus N (2)  --timeout SECONDS (3600)
 #   hack/vm.sh shell [OPTIONS]       the same guest, interactive on its serial console (root, no
 #                                    password; `poweroff` ends it)
-#   hack/vm.sh test                  the VM stage of hack/test.sh: a host registry with the test
-#                                    images, then hack/vm/node-tests.sh in the guest
+#   hack/vm.sh test [--after FILE]   the VM stage of hack/test.sh: a host registry with the test
+#                                    images, then hack/vm/node-tests.sh in the guest. --after:
+#                                    build the guest image first, then wait until FILE exists
+#                                    (hack/test.sh writes "ok" in it once the host's build of the
+#                                    tested binaries is done; anything else ends the stage)
 #
 # How it works:
 # - The image is built from Debian's packages only (mmdebstrap, with the host's Debian mirror):
@@ -283,6 +286,15 @@ shell() {
 vm_test() {
 	[[ $(id -u) -eq 0 ]] || die "must run as root"
 	local started=$SECONDS registry_dir port
+	if [[ ${1:-} == --after ]]; then
+		local after=${2:?--after needs a file}
+		build_image >/dev/null
+		log "guest image ready in $((SECONDS - started)) s; waiting for the host's build ($after)"
+		while [[ ! -s $after ]]; do sleep 2; done
+		[[ $(<"$after") == ok ]] || die "the host's build did not finish ($(<"$after")): no VM stage"
+		log "the host's build is done: the VM stage starts $((SECONDS - started)) s after its image build did"
+		started=$SECONDS
+	fi
 	registry_dir=$(mktemp -d -t scute-vm-registry.XXXXXX)
 	# shellcheck disable=SC2064
 	trap "'$repo_root/hack/registry.sh' stop --dir '$registry_dir' >/dev/null 2>&1; rm -rf '$registry_dir'" EXIT

@@ -12,7 +12,13 @@
 #                                      busybox rootfs + /agnhost, ENTRYPOINT /agnhost, CMD pause,
 #                                      and the tools upstream's image has from alpine and the
 #                                      suite calls: bash, curl, nc (OpenBSD's), ip, dig and
-#                                      nslookup, this host's binaries with their libraries
+#                                      nslookup, getent, this host's binaries with their
+#                                      libraries; /agnhost-2, /localhost.crt and .key
+#   e2e-test-images/nautilus:1.8, kitten:1.8
+#                                      agnhost with /data.json, CMD test-webserver (:80)
+#   e2e-test-images/sample-apiserver:1.29.2, etcd:3.6.8-0
+#                                      the field's sample-apiserver and etcd binaries (the
+#                                      Aggregator spec's pod)
 #   e2e-test-images/busybox:1.36.1-1, :1.37.0-1
 #                                      busybox rootfs, CMD sh
 #   e2e-test-images/nginx:1.27-0, :1.15-4
@@ -33,7 +39,7 @@ tools=${2:?usage: $0 REGISTRY_ADDR TOOLS_DIR}
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target_dir=${CARGO_TARGET_DIR:-$repo_root/target}
 work=$target_dir/images
-kit=$target_dir/release/scute-imagekit
+kit=${SCUTE_IMAGEKIT:-$target_dir/release/scute-imagekit}
 umask 022
 
 log() { echo "cluster.sh (images): $*" >&2; }
@@ -46,7 +52,7 @@ source "$repo_root/images/lib.sh"
 
 [[ -x $kit && -d $work/rootfs/busybox && -d $work/rootfs/nginx && -d $work/rootfs/pause ]] ||
 	die "run images/build.sh $registry first (it builds the kit and the busybox, nginx and pause rootfs dirs)"
-for t in coredns agnhost; do
+for t in coredns agnhost sample-apiserver etcd; do
 	[[ -x $tools/$t ]] || die "$tools/$t missing (../shared/tools/install.sh DIR $t)"
 done
 
@@ -82,8 +88,55 @@ install -D -m 0755 /bin/nc.openbsd "$agnhost/usr/bin/nc"
 copy_libraries /bin/nc.openbsd "$agnhost"
 mkdir -p "$agnhost/bin"
 ln -s /usr/bin/bash "$agnhost/bin/bash"
+# The Containers specs run /agnhost-2 (upstream's image links it); two DNS specs resolve with
+# `getent hosts` (busybox has no getent: glibc's, which reads /etc/hosts first as nsswitch.conf
+# says); porter serves TLS with ./localhost.crt and .key from the working dir /, and the
+# StatefulSet specs probe GET /localhost.crt through test-webserver and move it away and back.
+# The key pair is made once here (upstream ships its own; any self-signed pair serves).
+ln -s agnhost "$agnhost/agnhost-2"
+copy_at_same_path /usr/bin/getent "$agnhost"
+copy_libraries /usr/bin/getent "$agnhost"
+mkdir -p "$agnhost/etc"
+printf 'hosts: files dns\n' >"$agnhost/etc/nsswitch.conf"
+tls=$work/cluster-agnhost-tls
+if [[ ! -f $tls/localhost.key ]]; then
+	mkdir -p "$tls"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=localhost \
+		-addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+		-keyout "$tls/localhost.key" -out "$tls/localhost.crt" 2>/dev/null
+fi
+install -m 0644 "$tls/localhost.crt" "$tls/localhost.key" "$agnhost/"
+agnhost_config=(--env "$path" --entrypoint '["/agnhost"]' --workdir / --label scute.test/image=agnhost)
 build_and_push cluster-agnhost "$bb" e2e-test-images/agnhost:2.63.0 --also-tag 2.55 -- --rootfs "$agnhost" \
-	--env "$path" --entrypoint '["/agnhost"]' --cmd '["pause"]' --label scute.test/image=agnhost
+	"${agnhost_config[@]}" --cmd '["pause"]'
+
+# nautilus and kitten: agnhost serving their data.json (the Update Demo specs read it through the
+# API server's pod proxy). kitten is only mounted, as an image volume: the ImageVolume spec reads
+# its data.json and /etc/os-release, where it expects upstream's base, Alpine; this stand-in is
+# busybox and agnhost from this host, and carries that file's words for the spec to find.
+for animal in nautilus kitten; do
+	layer=$work/rootfs/cluster-$animal
+	rm -rf "$layer"
+	mkdir -p "$layer/etc"
+	printf '{"image": "%s.jpg"}\n' "$animal" >"$layer/data.json"
+	if [[ $animal == kitten ]]; then
+		printf '%s\n' 'NAME="Alpine Linux"' 'ID=alpine' \
+			'PRETTY_NAME="Alpine Linux (a stand-in: busybox and agnhost, built by scute'"'"'s images/cluster.sh)"' \
+			>"$layer/etc/os-release"
+	fi
+	build_and_push "cluster-$animal" "$bb" "e2e-test-images/$animal:1.8" -- --rootfs "$agnhost" --rootfs "$layer" \
+		"${agnhost_config[@]}" --cmd '["test-webserver"]' --expose 80/tcp
+done
+
+# The Aggregator spec's pod: the sample API server (its binary as the entrypoint, given only
+# arguments) beside etcd (run as /usr/local/bin/etcd with no data dir: it writes ./default.etcd
+# under its working dir /).
+sample=$(one_file_rootfs sample-apiserver "$tools/sample-apiserver" /sample-apiserver)
+build_and_push cluster-sample-apiserver "$bb" e2e-test-images/sample-apiserver:1.29.2 -- --rootfs "$sample" \
+	--env "$path" --entrypoint '["/sample-apiserver"]' --label scute.test/image=e2e-test-images/sample-apiserver
+etcd_root=$(one_file_rootfs etcd "$tools/etcd" /usr/local/bin/etcd)
+build_and_push cluster-etcd "$bb" etcd:3.6.8-0 -- --rootfs "$etcd_root" \
+	--env "$path" --workdir / --expose 2379/tcp --expose 2380/tcp --label scute.test/image=etcd
 
 # glibc-dns-testing: the DNS specs' querier runs dig and glibc's getent hosts.
 dnsq=$work/rootfs/cluster-dns-testing

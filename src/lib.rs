@@ -47,3 +47,16 @@ pub const RUNTIME_NAME: &str = "scute";
 pub const CRI_API_VERSION: &str = "v1";
 /// scute's own version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit scute was built from ("unknown" outside a checkout; build.rs).
+pub const COMMIT: &str = env!("SCUTE_COMMIT");
+/// That commit's date, or SOURCE_DATE_EPOCH's (build.rs).
+pub const COMMIT_DATE: &str = env!("SCUTE_COMMIT_DATE");
+/// `0.1.0 (commit 0123456789ab, 2026-11-28)`: what `scute --version` prints after the name.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SCUTE_COMMIT"),
+    ", ",
+    env!("SCUTE_COMMIT_DATE"),
+    ")"
+);

@@ -10,7 +10,7 @@ use scute::config::{CgroupDriver, Config, LogFormat, DEFAULT_CONFIG};
 use scute::doctor::{self, Depth};
 
 #[derive(Parser)]
-#[command(name = "scute", version, about = "A Kubernetes CRI v1 container runtime")]
+#[command(name = "scute", version = scute::LONG_VERSION, about = "A Kubernetes CRI v1 container runtime")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -143,7 +143,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
-            println!("{} {}", scute::RUNTIME_NAME, scute::VERSION);
+            println!("{} {}", scute::RUNTIME_NAME, scute::LONG_VERSION);
             println!("CRI API: {} (k8s.io/cri-api v0.36)", scute::CRI_API_VERSION);
             ExitCode::SUCCESS
         }

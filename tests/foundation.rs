@@ -28,6 +28,67 @@ async fn version_names_scute_and_cri_v1() {
     assert_eq!(v.version, "0.1.0");
 }
 
+/// `scute --version`, `scute version` and `crictl info` name the commit and its date; the
+/// CRI Version keeps the plain semver (the kubelet shows it as the node's runtime version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_names_the_commit_it_was_built_from() {
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let (code, out, err) = scute(&["--version"]);
+    assert_eq!(code, 0, "{err}");
+    let commit = out
+        .split("(commit ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no commit in `scute --version`: {out:?}"));
+    match &head {
+        // The binary was built from a commit of this checkout (HEAD, or an earlier one when
+        // only tests changed since): git knows it.
+        Some(_) => {
+            let known = std::process::Command::new("git")
+                .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(
+                known.success(),
+                "`scute --version` names {commit:?}, not a commit of this checkout: {out:?}"
+            );
+        }
+        None => assert_eq!(commit, "unknown", "{out:?}"),
+    }
+    assert!(
+        out.starts_with(&format!("scute {} (commit {commit}, ", env!("CARGO_PKG_VERSION"))),
+        "{out:?}"
+    );
+    let (_, long, _) = scute(&["version"]);
+    assert!(long.contains(&format!("(commit {commit}, ")), "{long:?}");
+
+    let daemon = Daemon::start("");
+    let status = daemon
+        .runtime()
+        .await
+        .status(api::StatusRequest { verbose: true })
+        .await
+        .unwrap()
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&status.info["daemon"]).unwrap();
+    assert_eq!(info["commit"], commit, "{info}");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"), "{info}");
+    // A log written to a file carries no terminal colour codes.
+    let log = daemon.log();
+    assert!(log.contains("INFO"), "{log}");
+    assert!(
+        !log.contains('\x1b'),
+        "escape codes in a log that is not a terminal:\n{log}"
+    );
+}
+
 fn condition<'a>(status: &'a api::StatusResponse, kind: &str) -> &'a api::RuntimeCondition {
     status
         .status

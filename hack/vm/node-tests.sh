@@ -164,8 +164,13 @@ step_critest() {
 		return 0
 	}
 	ensure_scute
+	# The image service's specs (pull, list, status, remove) go through no cgroup, scope or init
+	# system: the host stage runs them, and here they would only repeat it at a tenth of the speed.
+	local image_specs='Image Manager|Image Identifier Consistency|Image Consistency|Idempotence RemoveImage'
+	# Its reports beside the host's (the two stages run at the same time).
 	# shellcheck disable=SC2086 # extra critest flags, e.g. --ginkgo.focus=OOM
-	CRITEST_ENDPOINT=$endpoint critest/run.sh ${SCUTE_VM_CRITEST_ARGS:-}
+	CRITEST_LOGS=$repo_root/target/critest-vm CRITEST_ENDPOINT=$endpoint \
+		critest/run.sh --ginkgo.skip "$image_specs" ${SCUTE_VM_CRITEST_ARGS:-}
 	wait_no_scute_units
 }
 

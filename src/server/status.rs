@@ -67,6 +67,8 @@ impl Cri {
                 "daemon".to_string(),
                 serde_json::json!({
                     "version": crate::VERSION,
+                    "commit": crate::COMMIT,
+                    "commitDate": crate::COMMIT_DATE,
                     "pid": std::process::id(),
                     "startedAt": started,
                     "store": self.store.path(),
