@@ -89,7 +89,8 @@ image_hash() {
 	{
 		printf '%s\n' "${packages[@]}" "${mirrors[@]}"
 		sed -n '/^build_image()/,/^}/p' "${BASH_SOURCE[0]}"
-		find "$guest_files" -type f -print0 | sort -z | xargs -0 sha256sum
+		# Paths relative to the guest files: the same inputs hash the same in any checkout.
+		(cd "$guest_files" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -c1-16
 }
 
