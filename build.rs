@@ -14,13 +14,17 @@ fn link_layout() {
     // Relative relocations packed (DT_RELR, glibc 2.36+): the PIE daemon's 0.9 MB of RELA
     // entries, each read at every start, become a few KB.
     println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-    // The functions a node runs side by side (hack/orderfile.sh): the kernel maps text 64 KiB
-    // around each fault, so spread over the whole text they keep most of it resident. lld's
-    // option, and rustc links x86_64-unknown-linux-gnu with its own lld.
-    let order =
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("contrib/layout/scute.order");
+    // The functions a node runs side by side: the kernel maps text 64 KiB around each fault, so
+    // spread over the whole text they keep most of it resident. SCUTE_LAYOUT names the order file
+    // hack/orderfile.sh made for this very code (hack/package.sh and hack/bench.sh pass it): its
+    // names carry hashes that change with the code, so it is made where it is used, not kept.
+    // lld's option, and rustc links x86_64-unknown-linux-gnu with its own lld.
+    println!("cargo:rerun-if-env-changed=SCUTE_LAYOUT");
+    let Some(order) = std::env::var_os("SCUTE_LAYOUT").map(PathBuf::from) else {
+        return;
+    };
     println!("cargo:rerun-if-changed={}", order.display());
-    if order.exists() && std::env::var("TARGET").is_ok_and(|t| t == "x86_64-unknown-linux-gnu") {
+    if order.is_file() && std::env::var("TARGET").is_ok_and(|t| t == "x86_64-unknown-linux-gnu") {
         println!(
             "cargo:rustc-link-arg-bin=scute=-Wl,--symbol-ordering-file={}",
             order.display()

@@ -30,9 +30,17 @@ else
 fi
 
 # Built with the shim, as hack/run.sh and hack/package.sh build it: the same features, so the
-# same daemon binary, and the one contrib/layout/scute.order was made for (hack/orderfile.sh).
-cargo bench --locked -p scute -p scute-shim --no-run >/dev/null
-python3 hack/orderfile.py coverage target/release/scute contrib/layout/scute.order
+# same daemon binary; laid out as a release package is when hack/orderfile.sh has made
+# target/layout/scute.order for this code.
+layout=$PWD/target/layout/scute.order
+if [[ -f $layout ]]; then
+	export SCUTE_LAYOUT=$layout
+	cargo bench --locked -p scute -p scute-shim --no-run >/dev/null
+	python3 hack/orderfile.py coverage target/release/scute "$layout"
+else
+	echo "bench.sh: no $layout: the daemon is measured without its layout (hack/orderfile.sh makes it, as before a release)" >&2
+	cargo bench --locked -p scute -p scute-shim --no-run >/dev/null
+fi
 for bench in daemon pull sandbox containers streaming; do
 	printf '\n==> cargo bench -p scute -p scute-shim --bench %s\n' "$bench"
 	cargo bench --locked -p scute -p scute-shim --bench "$bench"

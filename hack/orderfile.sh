@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Writes contrib/layout/scute.order: the daemon's functions a node runs, for the linker to lay
-# out side by side (build.rs passes it to lld's --symbol-ordering-file).
+# Writes the daemon's order file: its functions a node runs, for the linker to lay out side by
+# side (build.rs passes the file named by SCUTE_LAYOUT to lld's --symbol-ordering-file).
 #
-#   hack/orderfile.sh
+#   hack/orderfile.sh [OUT]            (default target/layout/scute.order)
+#
+# hack/package.sh (release) and hack/bench.sh link the daemon with target/layout/scute.order
+# when it exists: run this first when making a release or measuring memory. The file is made
+# where it is used, not kept in the repository: its names carry hashes that change with the
+# code (below), so a committed file went stale with every change and nothing noticed.
 #
 # Why: the kernel maps a binary's text 64 KiB around each page fault, and the ~2 MB of
 # functions a daemon runs (start, idle, pulls, pods, containers, exec, stats, lists) lie spread
@@ -22,17 +27,19 @@
 # --release` unifies fewer features. About a sixth of the names also carry the `.llvm.<hash>`
 # that ThinLTO gives a local function it promotes, and that hash follows the code of its
 # codegen unit: a small change to the daemon made 451 of them stale (idle RSS 12.7 -> 14.0
-# MiB). A stale file only lays out less well: the linker ignores names it does not know. Rerun
-# after changing the code or the dependencies; the script (and hack/bench.sh) print how many of
-# the file's names the binary has.
+# MiB). A stale file only lays out less well: the linker ignores names it does not know. The
+# script, hack/package.sh and hack/bench.sh print how many of the file's names the binary has.
 #
 # Needs root (tracefs uprobes), a release build, and what the benchmarks need (CNI plugins,
 # docker-registry); takes about ten minutes.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-out=contrib/layout/scute.order
+out=${1:-target/layout/scute.order}
 binary=$PWD/target/release/scute
+# The binary profiled is the one built without a layout (names are the same either way but for
+# the few a layout itself moves); the benchmarks below build it the same way.
+unset SCUTE_LAYOUT
 
 step() { printf '\n== %s: %s\n' "$(date +%T)" "$*"; }
 

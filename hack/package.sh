@@ -2,9 +2,12 @@
 # Builds scute's Debian package with dpkg-deb (Debian's own tool; nothing to install):
 #
 #   hack/package.sh [--profile release|debug] [--version V] [--out DIR] [--maintainer "N <E>"]
+#                   [--layout FILE]
 #
 # release (the default) builds the binaries first; debug packages the ones `cargo test` built
-# (the VM test node installs that). The package holds:
+# (the VM test node installs that). A release daemon is laid out with the order file
+# hack/orderfile.sh made (--layout, default target/layout/scute.order, when it exists: about a
+# third less of the binary resident; run hack/orderfile.sh before a release). The package holds:
 #   /usr/bin/scute, /usr/bin/scute-shim
 #   /lib/systemd/system/scute.service   contrib/systemd/scute.service, ExecStart=/usr/bin/scute
 #   /etc/scute/config.toml              `scute config default` (a conffile: kept on upgrade)
@@ -36,11 +39,21 @@ while (($#)); do
 	--version) version=$2 && shift 2 ;;
 	--out) out=$2 && shift 2 ;;
 	--maintainer) maintainer=$2 && shift 2 ;;
+	--layout) layout=$2 && shift 2 ;;
 	*) echo "package.sh: unknown argument $1" >&2 && exit 2 ;;
 	esac
 done
+layout=${layout:-$repo_root/target/layout/scute.order}
 case $profile in
-release) cargo build --release --locked -p scute -p scute-shim >&2 ;;
+release)
+	if [[ -f $layout ]]; then
+		SCUTE_LAYOUT=$(realpath "$layout") cargo build --release --locked -p scute -p scute-shim >&2
+		python3 hack/orderfile.py coverage target/release/scute "$layout" >&2
+	else
+		echo "package.sh: no order file at $layout: the daemon is not laid out (hack/orderfile.sh makes one)" >&2
+		cargo build --release --locked -p scute -p scute-shim >&2
+	fi
+	;;
 debug) ;;
 *) echo "package.sh: --profile is release or debug" >&2 && exit 2 ;;
 esac

@@ -111,17 +111,6 @@ finish() {
 	print_timings
 }
 trap finish EXIT
-if ((!quick)) && [[ -z ${SCUTE_SKIP_VM:-} ]]; then
-	hack/vm.sh deps
-	mkdir -p target
-	rm -f "$host_built"
-	# (Its images/build.sh runs after the build step, which makes this kit.)
-	export SCUTE_IMAGEKIT=$repo_root/target/debug/scute-imagekit
-	setsid nice -n 10 hack/vm.sh test --after "$host_built" >"$vm_stage_log" 2>&1 </dev/null &
-	vm_stage_pid=$!
-	vm_stage_started=$SECONDS
-	echo "test.sh: the VM stage runs beside the host stages: tail -f $vm_stage_log" >&2
-fi
 
 step "field tools: crictl, critest, kubelet, the control plane, e2e.test (../shared/tools)"
 shared_tools=$repo_root/../shared/tools
@@ -133,6 +122,19 @@ if [[ -x $shared_tools/install.sh ]]; then
 else
 	echo "test.sh: $shared_tools not found: the kubelet suite and critest are SKIPPED" \
 		"(they need crictl, critest and kubelet, which no package registry has)" >&2
+fi
+
+# (After the field tools: the guest is given them, SCUTE_TEST_TOOLS.)
+if ((!quick)) && [[ -z ${SCUTE_SKIP_VM:-} ]]; then
+	hack/vm.sh deps
+	mkdir -p target
+	rm -f "$host_built"
+	# (Its images/build.sh runs after the build step, which makes this kit.)
+	export SCUTE_IMAGEKIT=$repo_root/target/debug/scute-imagekit
+	setsid nice -n 10 hack/vm.sh test --after "$host_built" >"$vm_stage_log" 2>&1 </dev/null &
+	vm_stage_pid=$!
+	vm_stage_started=$SECONDS
+	echo "test.sh: the VM stage runs beside the host stages: tail -f $vm_stage_log" >&2
 fi
 
 step "format and lint"

@@ -221,14 +221,22 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
     )
     .unwrap();
 
-    // Cgroups named for members no record knows: one with a process nothing would stop.
+    // Cgroups named for members no record knows, as a crash between libcontainer making them and
+    // the records being written leaves them: a pod's, with a process nothing would stop, and a
+    // container's, each with its shim state dir (a pod's shim dir, a container's dir in one).
+    // And one with no trace in this daemon's state: another daemon's, whose shim died.
     let cgroups = cgroup_parent_dir();
-    let (busy_cgroup, empty_cgroup) = (
-        cgroups.join(format!("scute-{}", scute::ids::random_id())),
+    let (busy_id, empty_id) = (scute::ids::random_id(), scute::ids::random_id());
+    let (busy_cgroup, empty_cgroup, foreign_cgroup) = (
+        cgroups.join(format!("scute-{busy_id}")),
+        cgroups.join(format!("scute-{empty_id}")),
         cgroups.join(format!("scute-{}", scute::ids::random_id())),
     );
+    let shims = state.join("shims");
+    std::fs::create_dir_all(shims.join(&busy_id[..32])).unwrap();
+    std::fs::create_dir_all(shims.join(&busy_id[..32]).join("containers").join(&empty_id)).unwrap();
     let mut stray_process = std::process::Command::new("sleep").arg("3600").spawn().unwrap();
-    for dir in [&busy_cgroup, &empty_cgroup] {
+    for dir in [&busy_cgroup, &empty_cgroup, &foreign_cgroup] {
         std::fs::create_dir(dir).unwrap();
         age(dir);
     }
@@ -272,6 +280,10 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
         "the cgroup's process is counted: {out}"
     );
     assert!(
+        !out.contains(&cgroup_path(&foreign_cgroup)),
+        "another daemon's cgroup is not this one's to report: {out}"
+    );
+    assert!(
         !out.contains(&fresh_dir.display().to_string()),
         "a fresh dir may be a create in flight: {out}"
     );
@@ -309,6 +321,8 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
         "the stray process is killed"
     );
     assert!(!busy_cgroup.exists() && !empty_cgroup.exists());
+    assert!(foreign_cgroup.exists(), "another daemon's cgroup is left alone");
+    std::fs::remove_dir(&foreign_cgroup).unwrap();
     assert!(!attachment.exists(), "the attachment's DEL ran");
     assert!(!lease.exists(), "host-local released its address in that DEL");
     assert!(!default_lease.exists());

@@ -55,6 +55,9 @@ enum Body {
     /// These bytes announced with their Content-Length, but only the first `sent` go out; then
     /// the connection hangs, open, for a minute.
     Stall { data: Vec<u8>, sent: usize },
+    /// These bytes announced with their Content-Length, but only the first `sent` go out; then
+    /// the connection closes (a download cut off).
+    Cut { data: Vec<u8>, sent: usize },
 }
 
 impl Body {
@@ -67,7 +70,8 @@ impl Body {
             | Body::Chunked(b)
             | Body::Drip { data: b, .. }
             | Body::Encoded { data: b, .. }
-            | Body::Stall { data: b, .. } => hasher.update(b),
+            | Body::Stall { data: b, .. }
+            | Body::Cut { data: b, .. } => hasher.update(b),
             Body::Redirect(_) => {}
             Body::Padded { head, len, .. } => {
                 hasher.update(head);
@@ -263,9 +267,11 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     };
     let (length, chunked) = match &body {
         Body::Redirect(_) | Body::Ranged(_) => unreachable!("answered above"),
-        Body::Sized(b) | Body::Drip { data: b, .. } | Body::Encoded { data: b, .. } | Body::Stall { data: b, .. } => {
-            (Some(b.len() as u64), false)
-        }
+        Body::Sized(b)
+        | Body::Drip { data: b, .. }
+        | Body::Encoded { data: b, .. }
+        | Body::Stall { data: b, .. }
+        | Body::Cut { data: b, .. } => (Some(b.len() as u64), false),
         Body::Chunked(_) => (None, true),
         Body::Padded { len, chunked, .. } => ((!chunked).then_some(*len), *chunked),
     };
@@ -297,9 +303,12 @@ impl Body {
             Body::Sized(_) | Body::Ranged(_) | Body::Chunked(_) => {
                 format!("Docker-Content-Digest: {}\r\n", self.digest())
             }
-            Body::Padded { .. } | Body::Redirect(_) | Body::Drip { .. } | Body::Encoded { .. } | Body::Stall { .. } => {
-                String::new()
-            }
+            Body::Padded { .. }
+            | Body::Redirect(_)
+            | Body::Drip { .. }
+            | Body::Encoded { .. }
+            | Body::Stall { .. }
+            | Body::Cut { .. } => String::new(),
         }
     }
 }
@@ -326,6 +335,12 @@ async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &Ato
             sent.fetch_add(*n as u64, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_secs(60)).await;
             return Ok(());
+        }
+        Body::Cut { data, sent: n } => {
+            conn.write_all(&data[..*n]).await?;
+            conn.flush().await?;
+            sent.fetch_add(*n as u64, Ordering::SeqCst);
+            return Ok(()); // and the caller closes the connection
         }
     };
     let spaces = vec![b' '; 64 << 10];
@@ -802,6 +817,80 @@ async fn blobs_shorter_than_declared_are_refused() {
         &[&format!("config {}", sha256(&config)), &problem],
     )
     .await;
+}
+
+/// A layer whose bytes are no readable archive, sent whole and matching its digest (a tar header
+/// with a wrong checksum, a gzip stream that stops halfway, bytes that are no gzip at all), is
+/// refused for good: FailedPrecondition naming the layer, which the kubelet does not retry in a
+/// hot loop as it would Unavailable, and the same again on the next pull; nothing is kept. A
+/// download cut off mid-layer, whose archive then looks just as truncated, stays retryable
+/// (Unavailable), and the next pull, with the registry well again, completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_layer_archives_are_final_and_cut_downloads_retryable() {
+    const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+
+    let mut bad_checksum = layer_tar();
+    bad_checksum[148..156].copy_from_slice(b"0000000\0");
+    // Incompressible file data, so that half of the gzip stream is half of the archive.
+    let noise: Vec<u8> = (0..256u32 << 10)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let whole_tar = one_file_tar("etc/noise", &noise);
+    let whole_gzip = gzip(&whole_tar);
+    let half_gzip = whole_gzip[..whole_gzip.len() / 2].to_vec();
+    let not_gzip = b"these bytes are no gzip stream\n".repeat(64);
+    let cases = [
+        ("tar-checksum", LAYER, bad_checksum.clone(), sha256(&bad_checksum)),
+        ("gzip-truncated", GZIP, half_gzip, sha256(&whole_tar)),
+        ("not-gzip", GZIP, not_gzip, sha256(&whole_tar)),
+    ];
+    for (name, media_type, bytes, diff_id) in cases {
+        let repo = format!("hostile/malformed-{name}");
+        let digest = sha256(&bytes);
+        let declared = bytes.len() as u64;
+        serve_image_with_typed_layer(
+            &registry,
+            &repo,
+            media_type,
+            declared,
+            &digest,
+            &diff_id,
+            Body::Sized(bytes),
+        );
+        for _ in 0..2 {
+            refused(
+                &daemon,
+                &registry.image(&repo),
+                &[&format!("layer {digest}"), "malformed layer archive"],
+            )
+            .await;
+        }
+    }
+    assert_no_image_kept(&daemon).await;
+
+    // The good gzip layer, cut off by the network a third of the way in.
+    let repo = "hostile/cut-download";
+    let digest = sha256(&whole_gzip);
+    let cut = Body::Cut {
+        data: whole_gzip.clone(),
+        sent: whole_gzip.len() / 3,
+    };
+    let declared = whole_gzip.len() as u64;
+    serve_image_with_typed_layer(&registry, repo, GZIP, declared, &digest, &sha256(&whole_tar), cut);
+    let err = pull(&daemon, &registry.image(repo)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "a cut download is retryable: {err:?}");
+    assert!(
+        err.message().contains(&format!("layer {digest}")) && !err.message().contains("malformed"),
+        "{}",
+        err.message()
+    );
+    let good = Body::Sized(whole_gzip.clone());
+    serve_image_with_typed_layer(&registry, repo, GZIP, declared, &digest, &sha256(&whole_tar), good);
+    pull(&daemon, &registry.image(repo))
+        .await
+        .unwrap_or_else(|e| panic!("the pull after the cut: {e:?}"));
 }
 
 /// (f) What crashed other runtimes' daemons (containerd CVE-2026-95839: a malformed digest in a

@@ -4,10 +4,12 @@
 //! can stop through the CRI. Repair thaws and kills what is inside, then removes the cgroup in
 //! every hierarchy.
 //!
-//! Another scute on the host (the tests run several) uses the same names: a cgroup of a pod
-//! or container that a live shim of another state dir serves is that daemon's, and is left
-//! alone (a shim's state dir is named after its pod, and holds `containers/<id>` for each
-//! container libcontainer made).
+//! Another scute on the host (a node of a test cluster, the tests' many daemons) uses the same
+//! names, and its pods' cgroups outlive their shims when those die: a cgroup is taken as this
+//! daemon's only when its own state dir has a trace of it (a shim's state dir is named after its
+//! pod, `shims/<first 32 hex of the pod id>`, and holds `containers/<id>` for each container
+//! libcontainer made: both exist before libcontainer makes the cgroup). One a live shim of
+//! another state dir serves, or with no trace here, is another daemon's and is left alone.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -34,7 +36,8 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
     known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
     let unknown = unknown_cgroups(&known);
     // After the walk: a member's shim runs before its cgroup exists.
-    let others = other_shims(&state.join("shims"));
+    let shims = state.join("shims");
+    let others = other_shims(&shims);
     let mut findings = Vec::new();
     for ((path, id), dirs) in unknown {
         let fresh = dirs
@@ -43,7 +46,7 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
         let served_elsewhere = others
             .iter()
             .any(|shim| shim.file_name() == Some(id[..32].as_ref()) || shim.join("containers").join(&id).exists());
-        if fresh || served_elsewhere {
+        if fresh || served_elsewhere || !traced(&shims, &id) {
             continue;
         }
         // Recorded since the records were read: a create that got there first.
@@ -62,6 +65,19 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
         findings.push(finding);
     }
     Ok(findings)
+}
+
+/// Whether this daemon's shims dir has a trace of pod or container `id`: the pod's shim state
+/// dir, or the container's dir in any of them.
+fn traced(shims: &Path, id: &str) -> bool {
+    if shims.join(&id[..32]).exists() {
+        return true;
+    }
+    std::fs::read_dir(shims)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|shim| shim.path().join("containers").join(id).exists())
 }
 
 /// Whether a pod or container `id` has a record now.

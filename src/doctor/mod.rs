@@ -13,7 +13,7 @@ pub mod runtime;
 pub mod shims;
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +21,10 @@ use anyhow::Context;
 
 use crate::admin_api::{admin_client::AdminClient, DoctorRequest};
 use crate::config::Config;
-use crate::image::{ImageManager, ImageManagerConfig};
-use crate::store::Store;
+use crate::image::{ImageError, ImageManager, ImageManagerConfig};
+use crate::sandbox::cni::CniManager;
+use crate::sandbox::manager::SandboxManager;
+use crate::store::{self, Store};
 
 /// How deep to look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,14 +191,88 @@ pub async fn run(config: &Config, socket: &Path, depth: Depth, repair: bool) -> 
             .collect());
     }
     let offline = config.clone();
-    let (store, mut found) = tokio::task::spawn_blocking(move || offline_store(&offline, depth, repair)).await??;
-    let cni = crate::sandbox::cni::CniManager::new(&config.cni, &config.state);
-    found.extend(network::examine(&store, &cni, repair, Duration::ZERO).await?);
+    let (store, images) = tokio::task::spawn_blocking(move || open_stopped(&offline)).await??;
+    let cni = CniManager::new(&config.cni, &config.state);
+    let checks = Checks {
+        images,
+        store,
+        root: config.root.clone(),
+        state: config.state.clone(),
+        cni: &cni,
+        depth,
+        repair,
+        scope: Scope::Stopped,
+    };
+    Ok(examine_all(checks).await?)
+}
+
+/// Whose view the checks take.
+pub enum Scope<'a> {
+    /// The running daemon's: what changed less than `runtime::SETTLED` ago may be a pull or a
+    /// create in flight and is left alone; shims are asked through its sandbox manager.
+    Daemon(&'a SandboxManager),
+    /// A stopped daemon's: everything on disk is settled; shims are probed by their sockets.
+    Stopped,
+}
+
+/// What the checks look at.
+pub struct Checks<'a> {
+    pub images: Arc<ImageManager>,
+    pub store: Arc<Store>,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub cni: &'a CniManager,
+    pub depth: Depth,
+    pub repair: bool,
+    pub scope: Scope<'a>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("a check's background task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Every check, in one list that both paths run (Admin.Doctor in the daemon, `scute doctor` on a
+/// stopped one), so a check cannot be missing from either.
+pub async fn examine_all(checks: Checks<'_>) -> Result<Vec<Finding>, CheckError> {
+    let Checks {
+        images,
+        store,
+        root,
+        state,
+        cni,
+        depth,
+        repair,
+        scope,
+    } = checks;
+    let settled = match scope {
+        Scope::Daemon(_) => runtime::SETTLED,
+        Scope::Stopped => Duration::ZERO,
+    };
+    // The store's and the disk's checks block: off the async runtime.
+    let (on_disk, disk_state) = (store.clone(), state.clone());
+    let mut found = tokio::task::spawn_blocking(move || -> Result<Vec<Finding>, CheckError> {
+        let mut found = images.doctor(depth, repair)?;
+        found.extend(runtime::examine(&on_disk, &root, &disk_state, repair, settled)?);
+        found.extend(cgroups::examine(&on_disk, &disk_state, repair, settled)?);
+        Ok(found)
+    })
+    .await??;
+    found.extend(network::examine(&store, cni, repair, settled).await?);
+    found.extend(match scope {
+        Scope::Daemon(sandboxes) => shims::examine(sandboxes, &store, repair).await?,
+        Scope::Stopped => shims::examine_stopped(&store, &state)?,
+    });
     Ok(found)
 }
 
-/// The daemon is stopped: open its store here and run the checks that need no async runtime.
-fn offline_store(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<(Arc<Store>, Vec<Finding>)> {
+/// The daemon is stopped: its store and image manager, opened here.
+fn open_stopped(config: &Config) -> anyhow::Result<(Arc<Store>, Arc<ImageManager>)> {
     let store_path = config.root.join("meta.redb");
     anyhow::ensure!(store_path.exists(), "no scute store at {}", store_path.display());
     let store = Arc::new(Store::open(&store_path).with_context(|| {
@@ -218,15 +294,5 @@ fn offline_store(config: &Config, depth: Depth, repair: bool) -> anyhow::Result<
             held_snapshots: crate::daemon::containers_snapshots(store.clone()),
         },
     )?;
-    let mut found = images.doctor(depth, repair)?;
-    found.extend(runtime::examine(
-        &store,
-        &config.root,
-        &config.state,
-        repair,
-        Duration::ZERO,
-    )?);
-    found.extend(cgroups::examine(&store, &config.state, repair, Duration::ZERO)?);
-    found.extend(shims::examine_stopped(&store, &config.state)?);
-    Ok((store, found))
+    Ok((store, Arc::new(images)))
 }

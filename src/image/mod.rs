@@ -57,6 +57,10 @@ pub enum PullError {
     /// No progress for `[image] pull_progress_timeout_seconds`.
     #[error("{0}")]
     Stalled(String),
+    /// A layer whose bytes are not a readable archive (bad tar headers, a corrupt or truncated
+    /// gzip or zstd stream) though the registry sent them whole: pulling again gets the same.
+    #[error("{0}")]
+    Malformed(String),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -324,6 +324,7 @@ impl ImageManager {
                 limit: expected.size,
                 pending: Bytes::new(),
                 violation: None,
+                interrupted: None,
                 what,
                 meter,
             };
@@ -400,6 +401,9 @@ struct DownloadSource {
     /// Set when the registry broke the descriptor's size: the pull's error, whatever the
     /// unpacker made of the failed read.
     violation: Option<PullError>,
+    /// Set when the download broke off: the archive then looks cut short, which says nothing
+    /// of the layer itself, so the pull's error stays retryable.
+    interrupted: Option<String>,
     what: String,
     meter: Arc<DiskMeter>,
 }
@@ -428,7 +432,11 @@ impl Read for DownloadSource {
                     return Err(self.violate(e));
                 }
                 None => return Ok(0),
-                Some(Err(e)) => return Err(io::Error::other(format!("download interrupted: {e}"))),
+                Some(Err(e)) => {
+                    let message = format!("download interrupted: {e}");
+                    self.interrupted = Some(message.clone());
+                    return Err(io::Error::other(message));
+                }
                 Some(Ok(chunk)) => {
                     // Refused whole: the ingest never holds more than the descriptor's size.
                     if self.ingest.written() + chunk.len() as u64 > self.limit {
@@ -467,7 +475,13 @@ fn unpack_download(
     match unpack_verified(&mut source, decoder, dest, expected, &meter, progress) {
         Ok(unpacked) => Ok((unpacked, source)),
         Err(e) => {
-            let e = source.violation.take().unwrap_or(e);
+            let e = match (source.violation.take(), source.interrupted.take(), e) {
+                (Some(violation), _, _) => violation,
+                (None, Some(interrupted), PullError::Malformed(_)) => {
+                    PullError::Remote(format!("{}: {interrupted}", source.what))
+                }
+                (None, _, e) => e,
+            };
             if matches!(e, PullError::NoSpace(_)) {
                 // Kept, it would hold the disk at the reserve until a retry.
                 source.ingest.discard();
@@ -500,15 +514,18 @@ fn unpack_verified<R: Read>(
         UnpackError::Io { entry, source } if is_disk_full(&source) => {
             PullError::NoSpace(format!("layer {}: writing {entry}: {source}", expected.digest))
         }
+        UnpackError::Tar(_) => PullError::Malformed(format!("layer {}: {e}", expected.digest)),
         other => PullError::Remote(format!("layer {}: {other}", expected.digest)),
+    };
+    let malformed = |what: &str, e: io::Error| {
+        PullError::Malformed(format!("layer {}: malformed layer archive: {what}{e}", expected.digest))
     };
     let (stats, diff_id) = {
         let decompressed: Box<dyn Read + '_> = match decoder {
             Decoder::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut compressed)),
-            Decoder::Zstd => Box::new(
-                zstd::stream::read::Decoder::new(&mut compressed)
-                    .map_err(|e| PullError::Remote(format!("layer {}: zstd: {e}", expected.digest)))?,
-            ),
+            Decoder::Zstd => {
+                Box::new(zstd::stream::read::Decoder::new(&mut compressed).map_err(|e| malformed("zstd: ", e))?)
+            }
             Decoder::Plain => Box::new(&mut compressed),
         };
         let mut hashing = HashingReader {
@@ -521,13 +538,11 @@ fn unpack_verified<R: Read>(
         };
         let stats = unpack::unpack_layer(&mut hashing, dest).map_err(layer_err)?;
         // The tar end marker may be followed by padding: hash every byte.
-        io::copy(&mut hashing, &mut io::sink())
-            .map_err(|e| PullError::Remote(format!("layer {}: {e}", expected.digest)))?;
+        io::copy(&mut hashing, &mut io::sink()).map_err(|e| malformed("after the archive's end: ", e))?;
         (stats, Digest::from_hasher(hashing.hasher))
     };
     // And the compressed stream to its end, so the blob digest covers all of it.
-    io::copy(&mut compressed, &mut io::sink())
-        .map_err(|e| PullError::Remote(format!("layer {}: {e}", expected.digest)))?;
+    io::copy(&mut compressed, &mut io::sink()).map_err(|e| malformed("after the compressed stream: ", e))?;
     if diff_id != expected.diff_id {
         return Err(PullError::Integrity(format!(
             "layer {} unpacks to {diff_id}, but the image config says {}",

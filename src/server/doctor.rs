@@ -7,29 +7,30 @@ use crate::doctor::{self, Depth};
 
 impl Cri {
     pub(super) async fn doctor(&self, request: DoctorRequest) -> Result<DoctorResponse, RpcError> {
-        let depth = if request.quick { Depth::Quick } else { Depth::Full };
-        let (images, store) = (self.images.clone(), self.store.clone());
-        let (root, state) = (self.config.root.clone(), self.config.state.clone());
-        let settled = doctor::runtime::SETTLED;
-        let mut findings = tokio::task::spawn_blocking(move || -> Result<Vec<doctor::Finding>, RpcError> {
-            let mut found = images.doctor(depth, request.repair)?;
-            found.extend(doctor::runtime::examine(
-                &store,
-                &root,
-                &state,
-                request.repair,
-                settled,
-            )?);
-            found.extend(doctor::cgroups::examine(&store, &state, request.repair, settled)?);
-            Ok(found)
-        })
-        .await??;
-        let cni = self.sandboxes.cni();
-        findings.extend(doctor::network::examine(&self.store, cni, request.repair, settled).await?);
-        findings.extend(doctor::shims::examine(&self.sandboxes, &self.store, request.repair).await?);
+        let checks = doctor::Checks {
+            images: self.images.clone(),
+            store: self.store.clone(),
+            root: self.config.root.clone(),
+            state: self.config.state.clone(),
+            cni: self.sandboxes.cni(),
+            depth: if request.quick { Depth::Quick } else { Depth::Full },
+            repair: request.repair,
+            scope: doctor::Scope::Daemon(&self.sandboxes),
+        };
+        let findings = doctor::examine_all(checks).await?;
         Ok(DoctorResponse {
             findings: findings.into_iter().map(to_wire).collect(),
         })
+    }
+}
+
+impl From<doctor::CheckError> for RpcError {
+    fn from(e: doctor::CheckError) -> Self {
+        match e {
+            doctor::CheckError::Image(e) => RpcError::Image(e),
+            doctor::CheckError::Store(e) => RpcError::Store(e),
+            doctor::CheckError::Task(e) => RpcError::from(e),
+        }
     }
 }
 

@@ -243,7 +243,8 @@ fn image_code(e: &ImageError) -> Code {
             PullError::Unauthorized(_) => Code::Unauthenticated,
             // The registry or the network may recover: the kubelet retries with backoff.
             PullError::Remote(_) => Code::Unavailable,
-            PullError::Integrity(_) | PullError::Hostile { .. } => Code::FailedPrecondition,
+            // The image itself is bad: a retry cannot help, so no retryable code.
+            PullError::Integrity(_) | PullError::Hostile { .. } | PullError::Malformed(_) => Code::FailedPrecondition,
             PullError::Config(_) => Code::FailedPrecondition,
             PullError::Unsupported(_) => Code::InvalidArgument,
             PullError::NoSpace(_) => Code::ResourceExhausted,

@@ -606,12 +606,32 @@ impl Daemon {
     }
 }
 
+/// A loopback TCP port free now, from below the kernel's ephemeral range: a port the kernel
+/// handed out (bind to port 0) is one any outgoing connection on the host may be given next,
+/// before the process it was picked for (a kubelet, a registry) binds it — seen as "address
+/// already in use" under load. Ports below the range are only ever taken by explicit binds.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (ephemeral_low.saturating_sub(12000).max(1024), ephemeral_low.max(2048));
+    // Spread over the range by process and time, so that tests running side by side do not
+    // walk the same ports in step.
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..1000 {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(7919);
+        let port = low + seed.wrapping_add(step) % (high - low);
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free port in {low}-{high} on 127.0.0.1");
 }
 
 /// Runs the scute binary with `args`, returning (exit code, stdout, stderr).
