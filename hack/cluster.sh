@@ -187,9 +187,9 @@ make_pki() {
 	make_ca front-proxy-ca front-proxy-ca
 	make_cert apiserver ca kube-apiserver "" serverAuth \
 		"IP:$host_ip,IP:10.96.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost"
-	# The API server's client certificate towards the kubelets (their webhook authorizer lets
-	# system:masters do anything).
-	make_cert apiserver-kubelet-client ca kube-apiserver-kubelet-client system:masters clientAuth
+	# The API server's client certificate towards the kubelets: a user of its own, bound to the
+	# kubelet API alone (system:kubelet-api-admin, below), not system:masters.
+	make_cert apiserver-kubelet-client ca kube-apiserver-kubelet-client "" clientAuth
 	make_cert front-proxy-client front-proxy-ca front-proxy-client "" clientAuth
 	make_cert admin ca kubernetes-admin system:masters clientAuth
 	make_cert controller-manager ca system:kube-controller-manager "" clientAuth
@@ -242,6 +242,10 @@ control_plane() {
 		--proxy-client-cert-file="$pki/front-proxy-client.crt" --proxy-client-key-file="$pki/front-proxy-client.key" \
 		--enable-aggregator-routing=true --profiling=false --cert-dir="$dir/apiserver-certs"
 	wait_for kube-apiserver 90 kubectl get --raw /readyz
+	# What the API server may do on the kubelets' API (logs, exec, attach, port-forward, stats),
+	# as the kubelets' webhook authorizer asks it.
+	kubectl create clusterrolebinding kube-apiserver-kubelet-api-admin --clusterrole=system:kubelet-api-admin \
+		--user=kube-apiserver-kubelet-client >/dev/null
 	start kube-controller-manager "$tools/kube-controller-manager" \
 		--kubeconfig="$dir/controller-manager.kubeconfig" \
 		--authentication-kubeconfig="$dir/controller-manager.kubeconfig" \

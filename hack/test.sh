@@ -15,7 +15,8 @@
 #   integration test, the kubelet suite, critest whole, the cluster stage;
 # - the VM node (pure cgroup v2, systemd PID 1, the systemd driver, kernel 6.1, run under TCG at
 #   about a tenth of host speed): what depends on those: scute.service with its scopes, critest
-#   without its image-service specs (pulls, lists and removals touch no cgroup or init system),
+#   without the specs that touch no cgroup or init system (image service, streaming, host
+#   namespaces, seccomp, idempotence; hack/vm/node-tests.sh lists them),
 #   the kubelet suite's cgroup, stats, restart and image-volume tests, the CDI suite, the
 #   cgroup update tests with each driver, the .deb, a reboot.
 #

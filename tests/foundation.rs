@@ -629,3 +629,50 @@ fn which(name: &str) -> Result<std::path::PathBuf, ()> {
         })
         .ok_or(())
 }
+
+/// docs/configuration.md names every key of `scute config default`, with the default the binary
+/// has, and no key the binary does not have: the page cannot drift from the daemon.
+#[test]
+fn configuration_reference_names_every_key() {
+    fn render(value: &toml::Value) -> String {
+        match value {
+            toml::Value::String(s) => format!("{s:?}"),
+            toml::Value::Array(items) => format!("[{}]", items.iter().map(render).collect::<Vec<_>>().join(", ")),
+            other => other.to_string(),
+        }
+    }
+    fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, String)>) {
+        for (key, value) in table {
+            let name = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            match value {
+                toml::Value::Table(inner) => flatten(&name, inner, out),
+                value => out.push((name, render(value))),
+            }
+        }
+    }
+    let (code, default, _) = scute(&["config", "default"]);
+    assert_eq!(code, 0);
+    let mut keys = Vec::new();
+    flatten("", &default.parse::<toml::Table>().unwrap(), &mut keys);
+    assert!(keys.len() > 20, "{keys:?}");
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")).unwrap();
+    for (key, value) in &keys {
+        let row = format!("| `{key}` | `{value}` |");
+        assert!(
+            page.lines().any(|l| l.starts_with(&row)),
+            "docs/configuration.md has no row {row}"
+        );
+    }
+    // And every key the page documents is one the binary has.
+    for line in page.lines().filter(|l| l.starts_with("| `")) {
+        let key = line.trim_start_matches("| `").split('`').next().unwrap();
+        assert!(
+            keys.iter().any(|(k, _)| k == key),
+            "docs/configuration.md documents {key}, which `scute config default` does not have"
+        );
+    }
+}
