@@ -186,14 +186,26 @@ async fn restart_policies_always_on_failure_never() {
     assert_eq!(container_status(&pod, "main")["state"]["terminated"]["exitCode"], 0);
     assert_eq!(restarts(&pod, "main"), 0);
 
-    // Always: restarted after each exit; each attempt is a new scute container. (The kubelet
+    // Always: restarted after each exit; each attempt is a new scute container: the attempt
+    // lastState names changes from one restart to the next. (Between attempts, in its back-off,
+    // the kubelet names the exited container as both the current and the last one; and it
     // removes all but the newest exited attempt, so the one lastState names may be gone.)
     let pod = node
         .wait_for(&always, "restarted", START, |p| restarts(p, "main") >= 1)
         .await;
     let status = container_status(&pod, "main");
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 1, "{status:#}");
-    assert_ne!(container_id(&status["lastState"]["terminated"]), container_id(&status));
+    let first = container_id(&status["lastState"]["terminated"]);
+    assert!(!first.is_empty(), "{status:#}");
+    let pod = node
+        .wait_for(&always, "restarted again", START, |p| {
+            let status = container_status(p, "main");
+            restarts(p, "main") >= 2 && !container_id(&status["lastState"]["terminated"]).is_empty()
+        })
+        .await;
+    let status = container_status(&pod, "main");
+    assert_eq!(status["lastState"]["terminated"]["exitCode"], 1, "{status:#}");
+    assert_ne!(container_id(&status["lastState"]["terminated"]), first, "{status:#}");
     let pod_uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
     let attempts: Vec<u32> = node
         .daemon
