@@ -13,7 +13,8 @@
 #   /etc/scute/config.toml              `scute config default` (a conffile: kept on upgrade)
 #   /etc/scute/certs.d/                 registry hosts and mirrors (hosts.toml per registry)
 #   /usr/share/man/man8/                scute.8.gz and scute-shim.8.gz, from --help by help2man
-#   /usr/share/doc/scute/               README.md, copyright (DEP-5), changelog.gz
+#   /usr/share/doc/scute/               README.md, CHANGELOG.md, docs/, copyright (DEP-5), changelog.gz
+#                                       (Debian's, from CHANGELOG.md: hack/changelog.py)
 #   /usr/share/lintian/overrides/scute  what lintian flags in a Rust binary on purpose
 # Maintainer scripts are what dh_installsystemd writes (deb-systemd-helper, deb-systemd-invoke:
 # policy-rc.d and an admin's disable or mask are honoured): install enables and starts
@@ -31,12 +32,13 @@ cd "$repo_root"
 profile=release
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 out=$repo_root/target/debian
+explicit_version=false
 # The project has no mail host yet: a documentation domain until it does (--maintainer).
 maintainer="scute developers <scute@example.org>"
 while (($#)); do
 	case $1 in
 	--profile) profile=$2 && shift 2 ;;
-	--version) version=$2 && shift 2 ;;
+	--version) version=$2 explicit_version=true && shift 2 ;;
 	--out) out=$2 && shift 2 ;;
 	--maintainer) maintainer=$2 && shift 2 ;;
 	--layout) layout=$2 && shift 2 ;;
@@ -44,6 +46,11 @@ while (($#)); do
 	esac
 done
 layout=${layout:-$repo_root/target/layout/scute.order}
+# Cargo.toml's version is a release: CHANGELOG.md must say what it holds (--version V builds
+# between releases get an entry of their own).
+if ! $explicit_version; then
+	python3 hack/changelog.py check "$version"
+fi
 case $profile in
 release)
 	if [[ -f $layout ]]; then
@@ -76,7 +83,9 @@ sed 's|/usr/local/bin/scute|/usr/bin/scute|g' contrib/systemd/scute.service >"$s
 chmod 0644 "$stage/lib/systemd/system/scute.service"
 "$bin/scute" config default >"$stage/etc/scute/config.toml"
 chmod 0644 "$stage/etc/scute/config.toml"
-install -m 0644 README.md "$stage/usr/share/doc/scute/README.md"
+install -m 0644 README.md CHANGELOG.md "$stage/usr/share/doc/scute/"
+install -d "$stage/usr/share/doc/scute/docs"
+install -m 0644 docs/*.md "$stage/usr/share/doc/scute/docs/"
 cat >"$stage/usr/share/doc/scute/copyright" <<'COPYRIGHT'
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: scute
@@ -87,11 +96,13 @@ License: Apache-2.0
  On Debian systems, the full text of the Apache License, Version 2.0 is in
  /usr/share/common-licenses/Apache-2.0.
 COPYRIGHT
-# A native package's changelog: this build, dated by its commit (the same bytes every time).
+# A native package's changelog: CHANGELOG.md's versions (hack/changelog.py); a version between
+# them (--version 0.1.0+vm1) gets an entry of its own, dated by its commit (the same bytes every
+# time for one commit).
 date=$(git log -1 --format=%aD 2>/dev/null || date -R)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-printf 'scute (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- %s  %s\n' \
-	"$version" "$commit" "$maintainer" "$date" | gzip -9n >"$stage/usr/share/doc/scute/changelog.gz"
+python3 hack/changelog.py debian "$version" "$commit" "$date" "$maintainer" |
+	gzip -9n >"$stage/usr/share/doc/scute/changelog.gz"
 # unsafe-libyaml (serde_yaml's parser, a Rust translation of libyaml) is linked in, as every
 # Rust crate is; Debian's own Rust programs carry the same override.
 echo "scute: embedded-library libyaml [usr/bin/scute]" >"$stage/usr/share/lintian/overrides/scute"

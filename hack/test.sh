@@ -224,6 +224,8 @@ if [[ -n ${tools_dir:-} ]]; then
 	SCUTE_PROFILE=debug hack/cluster.sh up
 	export SCUTE_CLUSTER_KUBECONFIG
 	SCUTE_CLUSTER_KUBECONFIG=$(hack/cluster.sh kubeconfig)
+	# What docs/cluster.md shows a user first: the components, nodes and kube-system's pods.
+	hack/cluster.sh status
 
 	step "cluster tests (tests/cluster.rs, through kubectl)"
 	status=0

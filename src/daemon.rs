@@ -272,7 +272,7 @@ async fn check_after_unclean_stop(config: &Config, store: &Arc<Store>, images: &
     Ok(())
 }
 
-/// What other host users may reach under root (see README, "On disk"), set at every start so an
+/// What other host users may reach under root (docs/design.md, "On-disk layout"), set at every start so an
 /// upgrade closes what an older scute left open. Cheap: the top-level dirs and each pod's and
 /// container's own dir and bundle, never the files in a rootfs. `meta.redb` is made 0600 by the
 /// store, `content/` and `snapshots/` 0700 by theirs.

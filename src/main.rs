@@ -28,16 +28,17 @@ enum Command {
     /// Report whether this node can run pods (kernel, cgroups, overlay, CNI, registries);
     /// exits non-zero when it cannot.
     Check {
-        /// Config file (default: /etc/scute/config.toml if present, else built-in defaults).
-        #[arg(long, short = 'c')]
+        /// Config file (default: $SCUTE_CONFIG, else /etc/scute/config.toml if present, else
+        /// built-in defaults).
+        #[arg(long, short = 'c', env = "SCUTE_CONFIG")]
         config: Option<PathBuf>,
     },
     /// List the image pulls in flight with their progress (bytes and layers done, how long
     /// since the pull last moved), read from the running daemon.
     Pulls {
-        /// Config file whose grpc.address is the daemon's socket (default: /etc/scute/config.toml
-        /// if present, else built-in defaults).
-        #[arg(long, short = 'c')]
+        /// Config file whose grpc.address is the daemon's socket (default: $SCUTE_CONFIG, else
+        /// /etc/scute/config.toml if present, else built-in defaults).
+        #[arg(long, short = 'c', env = "SCUTE_CONFIG")]
         config: Option<PathBuf>,
         /// The daemon's socket (overrides the config's grpc.address; `unix://` accepted).
         #[arg(long)]
@@ -49,7 +50,9 @@ enum Command {
     /// nothing records, ready pods whose shim is gone); with --repair remove or release it. Asks the running daemon, or reads the store itself when the daemon is stopped.
     /// Exits 1 while problems remain.
     Doctor {
-        #[arg(long, short = 'c')]
+        /// Config file (default: $SCUTE_CONFIG, else /etc/scute/config.toml if present, else
+        /// built-in defaults).
+        #[arg(long, short = 'c', env = "SCUTE_CONFIG")]
         config: Option<PathBuf>,
         /// The daemon's socket (overrides the config's grpc.address).
         #[arg(long)]
@@ -71,7 +74,9 @@ enum ConfigCommand {
     Default,
     /// Print the effective configuration (defaults + file), as TOML.
     Show {
-        #[arg(long, short = 'c')]
+        /// Config file (default: $SCUTE_CONFIG, else /etc/scute/config.toml if present, else
+        /// built-in defaults).
+        #[arg(long, short = 'c', env = "SCUTE_CONFIG")]
         config: Option<PathBuf>,
     },
 }
@@ -79,8 +84,9 @@ enum ConfigCommand {
 /// Flags of `scute serve`; each overrides its config key.
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Config file (default: /etc/scute/config.toml if present, else built-in defaults).
-    #[arg(long, short = 'c')]
+    /// Config file (default: $SCUTE_CONFIG, else /etc/scute/config.toml if present, else built-in
+    /// defaults).
+    #[arg(long, short = 'c', env = "SCUTE_CONFIG")]
     config: Option<PathBuf>,
     /// `root`: persistent data directory.
     #[arg(long)]

@@ -347,7 +347,7 @@ fn gid(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap().gid()
 }
 
-/// The mode table (README "On disk").
+/// The mode table (docs/design.md, "On-disk layout").
 fn assert_modes(rig: &Rig) {
     let root = rig.root();
     let state = &rig.pod.daemon.state;
@@ -388,7 +388,7 @@ async fn other_host_users_can_neither_list_nor_read_anything_under_root_or_state
     let rig = Rig::start("modes-walk").await;
     let root = rig.root().to_path_buf();
     let state = rig.pod.daemon.state.clone();
-    // The listing the README's "On disk" table describes: every socket, and every directory
+    // The listing the on-disk layout in docs/design.md describes: every socket, and every directory
     // scute makes down to a pod's or container's own (what is below is image content).
     for top in [&root, &state] {
         let mut listed: Vec<(PathBuf, Kind)> = walk(top)

@@ -414,7 +414,7 @@ async fn exec_sync_ends_by_its_timeout_whatever_the_command_leaves_behind() {
 /// the bundles' `io.kubernetes.cri.*` keys are scute's whatever the request said, and keys other
 /// runtimes act on (`org.systemd.property.*`, `run.oci.*`) are plain annotations that change
 /// nothing (the container stays confined to its devices). Only `cdi.k8s.io/` keys have an effect
-/// (tests/cdi.rs), as the README says.
+/// (tests/cdi.rs), as docs/cri.md says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn annotations_neither_forge_scutes_keys_nor_change_what_it_does() {
     let forged = |extra: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
