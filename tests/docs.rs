@@ -291,3 +291,49 @@ fn links_between_pages_resolve_to_a_file_and_heading() {
     assert!(checked > 20, "only {checked} links found");
     assert!(broken.is_empty(), "broken links: {broken:#?}");
 }
+
+/// The version the binaries carry is a release CHANGELOG.md describes, and the package's Debian
+/// changelog (hack/changelog.py, what hack/package.sh installs) starts with it.
+#[test]
+fn the_version_has_a_changelog_section_the_package_carries() {
+    let version = env!("CARGO_PKG_VERSION");
+    let script = repo_root().join("hack/changelog.py");
+    let check = Command::new("python3")
+        .arg(&script)
+        .args(["check", version])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let debian = Command::new("python3")
+        .arg(&script)
+        .args([
+            "debian",
+            version,
+            "0000000",
+            "Sat, 28 Nov 2026 00:00:00 +0000",
+            "t <t@example.org>",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(debian.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("scute ({version}) unstable; urgency=medium\n\n  * ")),
+        "{text}"
+    );
+    assert!(text.lines().all(|l| l.len() <= 80), "a line over 80 columns:\n{text}");
+    let between = Command::new("python3")
+        .arg(&script)
+        .args([
+            "debian",
+            &format!("{version}+vm1"),
+            "abc1234",
+            "Sat, 28 Nov 2026 00:00:00 +0000",
+            "t <t@example.org>",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(between.stdout).unwrap();
+    assert!(text.starts_with(&format!("scute ({version}+vm1) unstable")), "{text}");
+    assert!(text.contains("Built from commit abc1234"), "{text}");
+    assert!(text.contains(&format!("\nscute ({version}) unstable")), "{text}");
+}
