@@ -25,6 +25,8 @@ pub mod daemon;
 pub mod distribution;
 pub mod doctor;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod handover;
 pub mod ids;
 pub mod image;

@@ -448,6 +448,11 @@ impl ShapeEdits {
 
 /// Reads, validates (the crate) and keeps what `inject` needs of one spec file: its
 /// `vendor/class` and its devices by qualified name.
+/// How many devices the spec file at `path` defines, or why it is refused (for the fuzz target).
+pub(crate) fn devices_in(path: &Path) -> Result<usize, String> {
+    load(path, 0).map(|(_, devices)| devices.len())
+}
+
 fn load(path: &Path, priority: usize) -> Result<(String, Vec<(String, Known)>), String> {
     let bytes = read_bounded(path)?;
     // YAML is a superset of JSON: both kinds of file parse here, as in the crate.

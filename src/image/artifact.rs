@@ -36,7 +36,7 @@ const MAX_FILES: usize = 1024;
 const MAX_BYTES: u64 = 16 << 30;
 
 /// Whether `manifest` is an artifact rather than an image.
-pub(super) fn is_artifact(manifest: &OciImageManifest) -> bool {
+pub(crate) fn is_artifact(manifest: &OciImageManifest) -> bool {
     manifest.artifact_type.is_some() || !IMAGE_CONFIGS.contains(&manifest.config.media_type.as_str())
 }
 

@@ -366,7 +366,7 @@ fn parse_headers(ctx: &Ctx, key: &str, value: &Value) -> Result<Vec<(String, Str
     Ok(headers)
 }
 
-fn parse_hosts_file(file: &Path, text: &str, registry: &str) -> Result<Vec<HostEndpoint>, HostsError> {
+pub(crate) fn parse_hosts_file(file: &Path, text: &str, registry: &str) -> Result<Vec<HostEndpoint>, HostsError> {
     let table: Table = text.parse().map_err(|e: toml::de::Error| HostsError::Toml {
         path: file.to_path_buf(),
         message: e.to_string(),

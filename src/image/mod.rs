@@ -5,14 +5,14 @@
 //! and snapshot records, and the in-flight pulls. Server handlers call it; nothing else touches
 //! those files.
 
-mod artifact;
+pub(crate) mod artifact;
 pub mod content;
 mod disk_reserve;
 mod doctor;
 pub mod hosts;
 pub mod pause;
 pub mod progress;
-mod pull;
+pub(crate) mod pull;
 pub mod record;
 pub mod registry;
 pub mod unpack;

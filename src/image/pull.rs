@@ -366,14 +366,14 @@ impl ImageManager {
 
 /// Layer compression, from the descriptor's media type.
 #[derive(Debug, Clone, Copy)]
-enum Decoder {
+pub(crate) enum Decoder {
     Gzip,
     Zstd,
     Plain,
 }
 
 impl Decoder {
-    fn for_media_type(media_type: &str) -> Result<Decoder, PullError> {
+    pub(crate) fn for_media_type(media_type: &str) -> Result<Decoder, PullError> {
         match media_type {
             "application/vnd.oci.image.layer.v1.tar+gzip"
             | "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -386,6 +386,15 @@ impl Decoder {
             }
             other => Err(PullError::Unsupported(format!("layer media type {other:?}"))),
         }
+    }
+
+    /// The uncompressed stream of `compressed`.
+    pub(crate) fn reader<'a, R: Read + 'a>(self, compressed: R) -> io::Result<Box<dyn Read + 'a>> {
+        Ok(match self {
+            Decoder::Gzip => Box::new(flate2::read::MultiGzDecoder::new(compressed)),
+            Decoder::Zstd => Box::new(zstd::stream::read::Decoder::new(compressed)?),
+            Decoder::Plain => Box::new(compressed),
+        })
     }
 }
 
@@ -521,13 +530,7 @@ fn unpack_verified<R: Read>(
         PullError::Malformed(format!("layer {}: malformed layer archive: {what}{e}", expected.digest))
     };
     let (stats, diff_id) = {
-        let decompressed: Box<dyn Read + '_> = match decoder {
-            Decoder::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut compressed)),
-            Decoder::Zstd => {
-                Box::new(zstd::stream::read::Decoder::new(&mut compressed).map_err(|e| malformed("zstd: ", e))?)
-            }
-            Decoder::Plain => Box::new(&mut compressed),
-        };
+        let decompressed = decoder.reader(&mut compressed).map_err(|e| malformed("zstd: ", e))?;
         let mut hashing = HashingReader {
             inner: Metered {
                 inner: decompressed,

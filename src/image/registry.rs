@@ -585,7 +585,7 @@ pub fn host_platform() -> (&'static str, &'static str) {
     ("linux", arch)
 }
 
-fn select_platform(index: &OciImageIndex) -> Result<&oci_client::manifest::ImageIndexEntry, PullError> {
+pub(crate) fn select_platform(index: &OciImageIndex) -> Result<&oci_client::manifest::ImageIndexEntry, PullError> {
     let (os, arch) = host_platform();
     index
         .manifests

@@ -282,7 +282,7 @@ impl SessionOutputs {
 }
 
 /// Takes one SessionOutput frame off the front of `buf`, if a whole one is there.
-fn parse_session_frame(buf: &mut BytesMut) -> Result<Option<SessionOutput>, ShimError> {
+pub(crate) fn parse_session_frame(buf: &mut BytesMut) -> Result<Option<SessionOutput>, ShimError> {
     if buf.len() < 4 {
         return Ok(None);
     }

@@ -461,7 +461,7 @@ impl Store {
     }
 }
 
-fn decode<R: Record>(id: &str, bytes: &[u8]) -> Result<R> {
+pub(crate) fn decode<R: Record>(id: &str, bytes: &[u8]) -> Result<R> {
     serde_json::from_slice(bytes).map_err(|source| Error::Corrupt {
         kind: R::KIND,
         id: id.to_string(),

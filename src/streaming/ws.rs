@@ -83,9 +83,11 @@ impl WsChannels {
                 Some((channel, Bytes::copy_from_slice(data)))
             }
             Message::Text(text) if self.base64 => {
-                let text = text.as_str();
-                let channel = text.as_bytes().first()?.checked_sub(b'0')?;
-                let data = base64::engine::general_purpose::STANDARD.decode(&text[1..]).ok()?;
+                // The channel is one ASCII digit. Sliced as bytes: a first character of several
+                // bytes made `&text[1..]` panic (found by the websocket_channels fuzz target).
+                let (&first, rest) = text.as_bytes().split_first()?;
+                let channel = first.checked_sub(b'0').filter(|c| *c <= 9)?;
+                let data = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
                 Some((channel, data.into()))
             }
             _ => None,
@@ -171,6 +173,18 @@ mod tests {
         assert_eq!(text.encode(1, b"x"), Message::Text("1eA==".into()));
         assert_eq!(binary.decode(&Message::Binary(Bytes::new())), None);
         assert_eq!(text.decode(&Message::Text("9!!!".into())), None);
+    }
+
+    #[test]
+    fn malformed_base64_messages_are_no_channel_messages() {
+        let channels = WsChannels::for_protocol("v4.base64.channel.k8s.io");
+        for text in ["é aGk=", "", "x aGk=", ":aGk=", "1!!!"] {
+            assert_eq!(channels.decode(&Message::Text(text.into())), None, "{text:?}");
+        }
+        assert_eq!(
+            channels.decode(&Message::Text("1aGk=".into())),
+            Some((1, Bytes::from_static(b"hi")))
+        );
     }
 
     #[test]

@@ -240,7 +240,7 @@ impl Chain {
 
 /// What the result cache holds per attachment (libcni keeps the same under /var/lib/cni).
 #[derive(serde::Serialize, serde::Deserialize)]
-struct CachedAttachment {
+pub(crate) struct CachedAttachment {
     #[serde(rename = "containerId")]
     container_id: String,
     #[serde(rename = "ifName")]

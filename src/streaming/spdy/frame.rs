@@ -40,14 +40,14 @@ pub(super) const GOAWAY_PROTOCOL_ERROR: u32 = 1;
 const STREAM_ID_MASK: u32 = 0x7fff_ffff;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Setting {
+pub(crate) struct Setting {
     pub(super) flags: u8,
     pub(super) id: u32,
     pub(super) value: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Frame {
+pub(crate) enum Frame {
     Data {
         stream_id: u32,
         fin: bool,
@@ -103,7 +103,7 @@ pub(super) enum Frame {
 /// A frame that cannot be parsed. All of these are session errors: after one, the byte stream cannot be
 /// trusted to be in sync, so the connection answers GOAWAY(PROTOCOL_ERROR) and ends.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub(super) enum FrameError {
+pub(crate) enum FrameError {
     #[error("unsupported SPDY version {0}")]
     Version(u16),
     #[error("control frame payload of {0} bytes exceeds the {MAX_CONTROL_PAYLOAD}-byte limit")]
@@ -127,7 +127,7 @@ pub(super) fn frame_len(buf: &[u8]) -> Option<usize> {
 
 /// Takes one whole frame off the front of `buf`; `Ok(None)` means more bytes are needed. Limits are
 /// checked as soon as the header is in, so an oversized control frame is refused before it is buffered.
-pub(super) fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+pub(crate) fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
     if buf.len() < HEADER_LEN {
         return Ok(None);
     }
@@ -294,7 +294,7 @@ fn fin_flag(fin: bool) -> u8 {
 }
 
 impl Frame {
-    pub(super) fn encode(&self, dst: &mut BytesMut) {
+    pub(crate) fn encode(&self, dst: &mut BytesMut) {
         match self {
             Frame::Data { stream_id, fin, data } => {
                 dst.reserve(HEADER_LEN + data.len());

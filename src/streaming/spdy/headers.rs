@@ -45,7 +45,7 @@ pub(super) const DICTIONARY: &[u8; 1423] = b"\
 const DICTIONARY_ID: u32 = 0xe3c6_a7c2;
 
 #[derive(Debug, thiserror::Error)]
-pub(super) enum HeaderError {
+pub(crate) enum HeaderError {
     /// The zlib stream is broken; the shared context is lost, so this is a session error.
     #[error("header block does not decompress: {0}")]
     Compression(String),
@@ -66,7 +66,7 @@ impl HeaderError {
 
 /// Serialises headers as an uncompressed SPDY/3 block: names lower-cased, repeated names NUL-joined
 /// (spdystream rejects a block that names a header twice, and it rejects upper-case names).
-pub(super) fn encode_block(headers: &Headers) -> Vec<u8> {
+pub(crate) fn encode_block(headers: &Headers) -> Vec<u8> {
     let mut grouped: Vec<(String, String)> = Vec::with_capacity(headers.len());
     for (name, value) in headers {
         let name = name.to_ascii_lowercase();
@@ -92,7 +92,7 @@ pub(super) fn encode_block(headers: &Headers) -> Vec<u8> {
 
 /// Parses an uncompressed block. NUL-joined values come back as separate entries under the same
 /// name; names are lower-cased (tolerating a sloppy peer rather than failing the stream).
-pub(super) fn parse_block(block: &[u8]) -> Result<Headers, HeaderError> {
+pub(crate) fn parse_block(block: &[u8]) -> Result<Headers, HeaderError> {
     let mut rest = block;
     let count = take_u32(&mut rest)?;
     // Each pair needs at least 8 bytes, which bounds a lying count before anything is allocated.
@@ -183,19 +183,19 @@ impl Compressor {
 }
 
 /// The peer's direction: one zlib stream spanning every block the peer sends.
-pub(super) struct Decompressor {
+pub(crate) struct Decompressor {
     z: Decompress,
 }
 
 impl Decompressor {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Decompressor {
             z: Decompress::new(true),
         }
     }
 
     /// Decompresses one block, bounded by [`MAX_HEADER_BLOCK`], and parses it.
-    pub(super) fn decode(&mut self, block: &[u8]) -> Result<Headers, HeaderError> {
+    pub(crate) fn decode(&mut self, block: &[u8]) -> Result<Headers, HeaderError> {
         parse_block(&self.decompress(block)?)
     }
 

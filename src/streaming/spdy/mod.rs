@@ -23,8 +23,8 @@
 //!   so a GOAWAY from the peer ends the connection here (no new streams either way), and PINGs from the
 //!   peer (client-go pings periodically) are echoed.
 
-mod frame;
-mod headers;
+pub(crate) mod frame;
+pub(crate) mod headers;
 mod reader;
 mod writer;
 

@@ -1,0 +1,3 @@
+#![no_main]
+// See scute::fuzz::mountinfo for what this target checks.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| scute::fuzz::mountinfo(data));
