@@ -35,18 +35,15 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
     let mut known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
     known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
     let unknown = unknown_cgroups(&known);
-    // After the walk: a member's shim runs before its cgroup exists.
-    let shims = state.join("shims");
-    let others = other_shims(&shims);
+    // After the walk: a member's shim state exists before its cgroup does. Only cgroups this
+    // daemon has a trace of are its own: another daemon's (its shim alive or not) is left alone.
+    let traces = Traces::read(&state.join("shims"));
     let mut findings = Vec::new();
     for ((path, id), dirs) in unknown {
         let fresh = dirs
             .iter()
             .any(|d| d.metadata().and_then(|m| m.modified()).map_or(true, |t| t > cutoff));
-        let served_elsewhere = others
-            .iter()
-            .any(|shim| shim.file_name() == Some(id[..32].as_ref()) || shim.join("containers").join(&id).exists());
-        if fresh || served_elsewhere || !traced(&shims, &id) {
+        if fresh || !traces.has(&id) {
             continue;
         }
         // Recorded since the records were read: a create that got there first.
@@ -67,17 +64,39 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
     Ok(findings)
 }
 
-/// Whether this daemon's shims dir has a trace of pod or container `id`: the pod's shim state
-/// dir, or the container's dir in any of them.
-fn traced(shims: &Path, id: &str) -> bool {
-    if shims.join(&id[..32]).exists() {
-        return true;
+/// What this daemon's shims dir has a trace of, read once: pods by their shim state dir (named
+/// by the first 32 hex digits of the pod's ID), containers by their dir in any shim's
+/// `containers/`.
+struct Traces {
+    pods: HashSet<String>,
+    containers: HashSet<String>,
+}
+
+impl Traces {
+    fn read(shims: &Path) -> Traces {
+        let names = |dir: &Path| -> Vec<(String, PathBuf)> {
+            std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .collect()
+        };
+        let shim_dirs = names(shims);
+        let containers = shim_dirs
+            .iter()
+            .flat_map(|(_, dir)| names(&dir.join("containers")))
+            .map(|(name, _)| name)
+            .collect();
+        Traces {
+            pods: shim_dirs.into_iter().map(|(name, _)| name).collect(),
+            containers,
+        }
     }
-    std::fs::read_dir(shims)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|shim| shim.path().join("containers").join(id).exists())
+
+    fn has(&self, id: &str) -> bool {
+        self.pods.contains(&id[..32]) || self.containers.contains(id)
+    }
 }
 
 /// Whether a pod or container `id` has a record now.
@@ -153,15 +172,6 @@ fn member_id(name: &str) -> Option<&str> {
 /// The processes in the cgroup (and below it), in every hierarchy, in order.
 fn procs(dirs: &[PathBuf]) -> Vec<i32> {
     crate::cgroups::procs_below(dirs).into_iter().collect()
-}
-
-/// The state dirs of the live scute-shims not under `ours` (another daemon's).
-fn other_shims(ours: &Path) -> Vec<PathBuf> {
-    crate::sandbox::manager::running_shims()
-        .into_iter()
-        .map(|(_, dir)| dir)
-        .filter(|dir| !dir.starts_with(ours))
-        .collect()
 }
 
 /// Thaws the cgroup (a frozen process never dies), kills what is in it and removes it in every
