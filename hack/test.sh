@@ -6,6 +6,8 @@
 #                           on the host; beside them, from the build on, the VM test node
 #                           (hack/vm.sh test: systemd PID 1, pure cgroup v2, the systemd driver)
 #   SCUTE_SKIP_VM=1 hack/test.sh      everything but the VM stage
+#   SCUTE_FUZZ_SECONDS=N hack/test.sh also every fuzz target for N s under libFuzzer at the end
+#                           (hack/fuzz.sh; nextest runs the targets over their corpus anyway)
 #   hack/test.sh --quick    the inner loop (a few minutes warm): format, lint, unit tests and
 #                           the fast integration suites (foundation, images, sandboxes,
 #                           containers); no critest, no kubelet, no VM
@@ -247,6 +249,14 @@ if [[ -n ${tools_dir:-} ]]; then
 	unset SCUTE_CLUSTER_KUBECONFIG
 else
 	echo "test.sh: the cluster stage is SKIPPED (Kubernetes' binaries come from ../shared/tools)" >&2
+fi
+
+if ((!quick)) && [[ -n ${SCUTE_FUZZ_SECONDS:-} ]]; then
+	# Opt-in: building the targets for libFuzzer (release, ASan, coverage) takes longer cold
+	# than the whole host build, so CI's own share is nextest's scute::fuzz tests (every kept
+	# input, and a fixed pass of mutations of each, through every target).
+	step "fuzzing: every target for $SCUTE_FUZZ_SECONDS s under libFuzzer (hack/fuzz.sh --all)"
+	hack/fuzz.sh --all "$SCUTE_FUZZ_SECONDS"
 fi
 
 if [[ -n $vm_stage_pid ]]; then
