@@ -14,7 +14,17 @@ use scute::api;
 use serde_json::{json, Value};
 
 const HTTPD: &str = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4";
-const START: Duration = Duration::from_secs(120);
+/// How long a pod may take to get where a test waits for it: 120 s, times
+/// `SCUTE_TEST_TIME_SCALE` (the VM node sets 3: an emulated guest on a busy host runs at a
+/// tenth of the host's speed or less).
+fn start() -> Duration {
+    let scale = std::env::var("SCUTE_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    Duration::from_secs(120) * scale
+}
 
 /// scute's verbose ContainerStatus: the CRI status and the container's host pid.
 async fn cri_container(node: &Node, id: &str) -> (api::ContainerStatus, i32) {
@@ -95,7 +105,7 @@ async fn a_pod_runs_ready_and_its_containers_share_the_network() {
                 "until wget -q -O /tmp/page http://127.0.0.1:80/; do sleep 0.2; done; echo fetched over loopback; sleep 3600"]},
         ]},
     }));
-    let pod = node.wait_ready(&name, START).await;
+    let pod = node.wait_ready(&name, start()).await;
     common::kubelet::figure(&format!("manifest → Ready: {:?}", written.elapsed()));
 
     // The kubelet's containers are scute's, running, in one network namespace with pause.
@@ -176,13 +186,13 @@ async fn restart_policies_always_on_failure_never() {
 
     // Never: Failed with the exit code scute reported, not restarted. (The kubelet removes a
     // terminated pod's containers at once, so scute's own record may already be gone.)
-    let pod = node.wait_phase(&failed, "Failed", START).await;
+    let pod = node.wait_phase(&failed, "Failed", start()).await;
     let status = container_status(&pod, "main");
     assert_eq!(status["state"]["terminated"]["exitCode"], 3, "{status:#}");
     assert_eq!(restarts(&pod, "main"), 0);
 
     // OnFailure with exit 0: Succeeded, never restarted.
-    let pod = node.wait_phase(&done, "Succeeded", START).await;
+    let pod = node.wait_phase(&done, "Succeeded", start()).await;
     assert_eq!(container_status(&pod, "main")["state"]["terminated"]["exitCode"], 0);
     assert_eq!(restarts(&pod, "main"), 0);
 
@@ -191,14 +201,14 @@ async fn restart_policies_always_on_failure_never() {
     // the kubelet names the exited container as both the current and the last one; and it
     // removes all but the newest exited attempt, so the one lastState names may be gone.)
     let pod = node
-        .wait_for(&always, "restarted", START, |p| restarts(p, "main") >= 1)
+        .wait_for(&always, "restarted", start(), |p| restarts(p, "main") >= 1)
         .await;
     let status = container_status(&pod, "main");
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 1, "{status:#}");
     let first = container_id(&status["lastState"]["terminated"]);
     assert!(!first.is_empty(), "{status:#}");
     let pod = node
-        .wait_for(&always, "restarted again", START, |p| {
+        .wait_for(&always, "restarted again", start(), |p| {
             let status = container_status(p, "main");
             restarts(p, "main") >= 2 && !container_id(&status["lastState"]["terminated"]).is_empty()
         })
@@ -252,7 +262,7 @@ async fn probes_drive_restarts_and_readiness() {
     }));
 
     let pod = node
-        .wait_for(&web, "httpd started and ready", START, |p| {
+        .wait_for(&web, "httpd started and ready", start(), |p| {
             let httpd = container_status(p, "httpd");
             httpd["started"] == true && httpd["ready"] == true
         })
@@ -267,7 +277,7 @@ async fn probes_drive_restarts_and_readiness() {
 
     // The liveness failure restarted the container: a new scute container, the old one killed.
     let pod = node
-        .wait_for(&liveness, "restarted by its liveness probe", START, |p| {
+        .wait_for(&liveness, "restarted by its liveness probe", start(), |p| {
             restarts(p, "main") >= 1
         })
         .await;
@@ -306,7 +316,7 @@ async fn init_containers_run_in_order_and_volumes_are_shared() {
             ],
         },
     }));
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     for init in ["first", "second"] {
         let status = container_status(&pod, init);
         assert_eq!(status["state"]["terminated"]["exitCode"], 0, "{init}: {status:#}");
@@ -425,7 +435,7 @@ async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
         (&best_effort, "BestEffort", "2", "-1", "9223372036854771712".to_string()),
     ];
     for (name, class, shares, quota, memory) in cases {
-        let pod = node.wait_phase(name, "Running", START).await;
+        let pod = node.wait_phase(name, "Running", start()).await;
         assert_eq!(pod["status"]["qosClass"], class, "{name}");
         let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
         let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -479,7 +489,7 @@ async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
         }
     }
 
-    let pod = node.wait_phase(&oom, "Failed", START).await;
+    let pod = node.wait_phase(&oom, "Failed", start()).await;
     let terminated = &container_status(&pod, "main")["state"]["terminated"];
     assert_eq!(terminated["reason"], "OOMKilled", "{terminated:#}");
     assert_eq!(terminated["exitCode"], 137, "{terminated:#}");
@@ -510,7 +520,7 @@ async fn graceful_termination_runs_hooks_then_sigterm_then_sigkill() {
             "volumes": [{"name": "hooks", "hostPath": {"path": hooks.path(), "type": "Directory"}}],
         },
     }));
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     assert_eq!(
         std::fs::read_to_string(hooks.path().join("poststart")).unwrap(),
         "started\n"
@@ -602,13 +612,13 @@ async fn pods_survive_kubelet_and_scute_restarts() {
         "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
             "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}]},
     }));
-    let pod = node.wait_ready(&name, START).await;
+    let pod = node.wait_ready(&name, start()).await;
     let id = container_id(&container_status(&pod, "main"));
     let (_, pid) = cri_container(&node, &id).await;
     let before = cri_ids(&node).await;
 
     node.restart_kubelet();
-    let pod = node.wait_ready(&name, START).await;
+    let pod = node.wait_ready(&name, start()).await;
     // A few sync loops under the new kubelet.
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(container_id(&container_status(&pod, "main")), id);
@@ -622,7 +632,7 @@ async fn pods_survive_kubelet_and_scute_restarts() {
 
     node.daemon.restart();
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let pod = node.wait_ready(&name, START).await;
+    let pod = node.wait_ready(&name, start()).await;
     assert_eq!(container_id(&container_status(&pod, "main")), id);
     assert_eq!(restarts(&pod, "main"), 0);
     assert_eq!(
@@ -645,7 +655,7 @@ async fn the_evented_pleg_sees_starts_and_exits() {
         "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", "sleep 2; exit 7"]}]},
     }));
     let pod = node
-        .wait_for(&name, "restarted after its exit", START, |p| restarts(p, "main") >= 1)
+        .wait_for(&name, "restarted after its exit", start(), |p| restarts(p, "main") >= 1)
         .await;
     let status = container_status(&pod, "main");
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 7, "{status:#}");
@@ -700,7 +710,7 @@ async fn stats_summary_agrees_with_the_cgroups() {
                 "command": ["sh", "-c", "x=$(head -c 16000000 /dev/zero | tr '\\0' a); touch /tmp/filled; while :; do :; done"],
                 "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}}}]},
         }));
-        let pod = node.wait_phase(&name, "Running", START).await;
+        let pod = node.wait_phase(&name, "Running", start()).await;
         let (_, pid) = cri_container(&node, &container_id(&container_status(&pod, "main"))).await;
         // Until the variable is filled (the shell holds it, and its copies while it was built are
         // gone: it touched /tmp/filled; seconds on the host, longer on the VM node).
@@ -800,7 +810,7 @@ async fn figures_manifest_to_running() {
     for i in 0..10 {
         let written = Instant::now();
         let name = node.apply(sleeper(format!("one-{i}")));
-        node.wait_phase(&name, "Running", START).await;
+        node.wait_phase(&name, "Running", start()).await;
         one_by_one.push(written.elapsed());
     }
     let written = Instant::now();
@@ -864,7 +874,7 @@ async fn logs_rotate_without_losing_a_line() {
         "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c",
             format!("i=0; while [ $i -lt {LINES} ]; do echo line-$i; i=$((i+1)); usleep 10000; done; echo done; sleep 3600")]}]},
     }));
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     let dir = node.pod_logs_dir().join(format!(
         "{}_{}_{}/main",
         node.namespace,
@@ -916,7 +926,7 @@ async fn image_pull_policies() {
     // Never, and the image is not there: the kubelet's ErrImageNeverPull, no pull.
     let never = node.apply(sleeper("never", HTTPD, "Never"));
     let pod = node
-        .wait_for(&never, "waiting on ErrImageNeverPull", START, |p| {
+        .wait_for(&never, "waiting on ErrImageNeverPull", start(), |p| {
             container_status(p, "main")["state"]["waiting"]["reason"] == "ErrImageNeverPull"
         })
         .await;
@@ -925,15 +935,15 @@ async fn image_pull_policies() {
 
     // IfNotPresent pulls once through the mirrors; a second pod does not pull again.
     let first = node.apply(sleeper("first", BUSYBOX, "IfNotPresent"));
-    node.wait_phase(&first, "Running", START).await;
+    node.wait_phase(&first, "Running", start()).await;
     assert_eq!(pulls(&node, BUSYBOX), 1);
     let second = node.apply(sleeper("second", BUSYBOX, "IfNotPresent"));
-    node.wait_phase(&second, "Running", START).await;
+    node.wait_phase(&second, "Running", start()).await;
     assert_eq!(pulls(&node, BUSYBOX), 1);
 
     // Always pulls again, although the image is there.
     let always = node.apply(sleeper("always", BUSYBOX, "Always"));
-    node.wait_phase(&always, "Running", START).await;
+    node.wait_phase(&always, "Running", start()).await;
     assert_eq!(pulls(&node, BUSYBOX), 2);
 }
 
@@ -984,7 +994,7 @@ async fn security_contexts_reach_the_processes() {
         "spec": {"hostUsers": false, "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
     }));
 
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     let pid = |pod: &Value, container: &str| {
         let id = container_id(&container_status(pod, container));
         let node = &node;
@@ -1018,7 +1028,7 @@ async fn security_contexts_reach_the_processes() {
 
     // runAsNonRoot with an image that runs as root: the kubelet refuses it (from ImageStatus's uid).
     let pod = node
-        .wait_for(&nonroot, "refused to run as root", START, |p| {
+        .wait_for(&nonroot, "refused to run as root", start(), |p| {
             container_status(p, "main")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
         })
         .await;
@@ -1031,12 +1041,12 @@ async fn security_contexts_reach_the_processes() {
         "{message}"
     );
 
-    let pod = node.wait_phase(&hostnet, "Running", START).await;
+    let pod = node.wait_phase(&hostnet, "Running", start()).await;
     let main = pid(&pod, "main").await;
     assert_eq!(ns_inode(main, "net"), ns_inode(std::process::id() as i32, "net"));
 
     // hostUsers: false — root in the container is an unprivileged id on the host.
-    let pod = node.wait_phase(&userns, "Running", START).await;
+    let pod = node.wait_phase(&userns, "Running", start()).await;
     let main = pid(&pod, "main").await;
     let uid_map = std::fs::read_to_string(format!("/proc/{main}/uid_map")).unwrap();
     let fields: Vec<u64> = uid_map.split_whitespace().map(|f| f.parse().unwrap()).collect();
@@ -1086,11 +1096,11 @@ async fn container_status_fields_after_restarts_and_a_manifest_change() {
     };
 
     let name = node.apply(manifest(BUSYBOX));
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     check(&pod, BUSYBOX);
 
     node.restart_kubelet();
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     check(&pod, BUSYBOX);
 
     // Another image in the manifest: a new static pod (new UID) with that image's name.
@@ -1098,7 +1108,7 @@ async fn container_status_fields_after_restarts_and_a_manifest_change() {
     let old_uid = pod["metadata"]["uid"].clone();
     node.apply(manifest(other));
     let pod = node
-        .wait_for(&name, "running with the new image", START, |p| {
+        .wait_for(&name, "running with the new image", start(), |p| {
             p["metadata"]["uid"] != old_uid && p["status"]["phase"] == "Running"
         })
         .await;
@@ -1123,7 +1133,7 @@ async fn image_volumes_whole_and_sub_path_are_read_only() {
             "volumes": [{"name": "img", "image": {"reference": HTTPD, "pullPolicy": "IfNotPresent"}}],
         },
     }));
-    let pod = node.wait_phase(&name, "Running", START).await;
+    let pod = node.wait_phase(&name, "Running", start()).await;
     let expected = [
         "root:x:0:0:root:/root:/bin/sh",
         "whole image",
@@ -1160,7 +1170,7 @@ async fn image_volumes_whole_and_sub_path_are_read_only() {
         },
     }));
     let pod = node
-        .wait_for(&missing, "waiting on CreateContainerError", START, |p| {
+        .wait_for(&missing, "waiting on CreateContainerError", start(), |p| {
             container_status(p, "main")["state"]["waiting"]["reason"] == "CreateContainerError"
         })
         .await;
