@@ -111,6 +111,29 @@ async fn read_until(recv: &mut RecvStream, needle: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Asks the terminal's size with `stty size` until it answers `want` ("rows cols"). A resize
+/// travels on its own stream, so a command typed just after it may run before it lands (as with
+/// every runtime: kubectl's first resize races the shell's start too); what a user sees is that
+/// it lands.
+async fn wait_for_size(stdin: &mut SendStream, stdout: &mut RecvStream, want: &str) -> String {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
+        stdin.send(b"stty size\n").await.unwrap();
+        let asked = tokio::time::Instant::now();
+        while let Ok(Some(chunk)) = tokio::time::timeout_at(asked + Duration::from_millis(300), stdout.recv()).await {
+            seen.extend_from_slice(&chunk);
+            if String::from_utf8_lossy(&seen).contains(want) {
+                return String::from_utf8_lossy(&seen).into_owned();
+            }
+        }
+    }
+    panic!(
+        "the terminal never reported {want:?}; got {:?}",
+        String::from_utf8_lossy(&seen)
+    );
+}
+
 /// The exit code in a v4 status (0 for Success).
 fn exit_code_of(status: &[u8]) -> i32 {
     let v: serde_json::Value = serde_json::from_slice(status)
@@ -280,12 +303,12 @@ async fn exec_with_a_terminal_over_spdy_echoes_and_resizes() {
     let (mut stdout, _o) = open(&conn, "stdout", &[]).await;
     let (_rz, mut resize) = open(&conn, "resize", &[]).await;
     resize.send(br#"{"Width":100,"Height":40}"#).await.unwrap();
-    stdin.send(b"tty; stty size\n").await.unwrap();
-    let seen = read_until(&mut stdout, "40 100").await;
-    assert!(seen.contains("/dev/pts/"), "not on a terminal: {seen:?}");
+    stdin.send(b"tty\n").await.unwrap();
+    read_until(&mut stdout, "/dev/pts/").await;
+    wait_for_size(&mut stdin, &mut stdout, "40 100").await;
     resize.send(br#"{"Width":81,"Height":27}"#).await.unwrap();
-    stdin.send(b"stty size; exit 7\n").await.unwrap();
-    read_until(&mut stdout, "27 81").await;
+    wait_for_size(&mut stdin, &mut stdout, "27 81").await;
+    stdin.send(b"exit 7\n").await.unwrap();
     read_all(&mut stdout).await;
     assert_eq!(exit_code_of(&read_all(&mut error).await), 7);
     pod.remove_all().await;
