@@ -127,10 +127,11 @@ pub fn image_documents(data: &[u8]) {
             let chains = chain_ids(&diff_ids);
             assert_eq!(chains.len(), diff_ids.len());
         }
-        let _ = config
-            .config()
-            .as_ref()
-            .map(|c| (c.user(), c.env(), c.entrypoint(), c.cmd()));
+        // What the pull keeps of it: stored as JSON in the image's record and read back whole.
+        let summary = crate::image::pull::summarize_config(&config);
+        let stored = serde_json::to_vec(&summary).expect("an image config summary always encodes");
+        let read_back: crate::image::record::ImageConfig = serde_json::from_slice(&stored).expect("and decodes");
+        assert_eq!(read_back, summary);
     }
 }
 
@@ -277,12 +278,24 @@ pub fn user_databases(data: &[u8]) {
     }
 }
 
-/// /proc/self/mountinfo lines: every mount point the parser returns was a field of the input
-/// (unescaped), and parsing never fails.
+/// /proc/self/mountinfo lines: at most one mount per line, and every mount point the parser
+/// returns is the fifth field of a line (unescaped): nothing invented, nothing shifted.
 pub fn mountinfo(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let mounts = scute_sys::mountinfo::parse(text);
     assert!(mounts.len() <= text.lines().count());
+    let fifth_fields: std::collections::HashSet<String> = text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(scute_sys::mountinfo::unescape)
+        .collect();
+    for mount in &mounts {
+        let point = mount.mount_point.to_string_lossy();
+        assert!(
+            fifth_fields.contains(point.as_ref()),
+            "mount point {point:?} is no line's fifth field"
+        );
+    }
 }
 
 #[cfg(test)]

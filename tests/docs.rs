@@ -17,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{repo_root, Daemon};
+use common::{repo_root, which, Daemon};
 
 const DEFAULT_SOCKET: &str = "unix:///run/scute/scute.sock";
 
@@ -229,14 +229,6 @@ async fn runnable_blocks_run_against_a_daemon() {
             "no Version call from crictl reached the test daemon"
         );
     }
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
 }
 
 /// GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens.

@@ -571,7 +571,7 @@ fn check_reports_the_node_and_registry_reachability() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crictl_talks_to_scute_when_installed() {
     // crictl is not packaged anywhere reachable; developers build it themselves. Skip loudly.
-    let Ok(crictl) = which("crictl") else {
+    let Some(crictl) = common::which("crictl") else {
         eprintln!("SKIP: crictl not on PATH");
         return;
     };
@@ -618,16 +618,6 @@ async fn crictl_talks_to_scute_when_installed() {
     assert!(ok && out.contains("CONTAINER"), "{out}{err}");
     let (ok, out, err) = run(&["statsp"]);
     assert!(ok && out.contains("POD"), "{out}{err}");
-}
-
-fn which(name: &str) -> Result<std::path::PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(name))
-                .find(|p| p.is_file())
-        })
-        .ok_or(())
 }
 
 /// docs/configuration.md names every key of `scute config default`, with the default the binary

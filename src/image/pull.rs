@@ -572,7 +572,7 @@ impl<R: Read> Read for HashingReader<'_, R> {
     }
 }
 
-fn summarize_config(config: &oci_spec::image::ImageConfiguration) -> ImageConfig {
+pub(crate) fn summarize_config(config: &oci_spec::image::ImageConfiguration) -> ImageConfig {
     let c = config.config().as_ref();
     let strings = |v: Option<&Vec<String>>| v.cloned().unwrap_or_default();
     ImageConfig {

@@ -634,6 +634,14 @@ pub fn free_port() -> u16 {
     panic!("no free port in {low}-{high} on 127.0.0.1");
 }
 
+/// The first `program` on PATH, as a shell would find it (None when it is not installed).
+pub fn which(program: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
 /// Runs the scute binary with `args`, returning (exit code, stdout, stderr).
 pub fn scute(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(SCUTE).args(args).output().expect("run scute");
