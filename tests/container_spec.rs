@@ -656,6 +656,25 @@ async fn command_args_and_env_merge_with_the_image() {
     assert!(!out.stdout.iter().any(|l| l == "OVERRIDE=image"), "{}", out.log);
     assert_eq!(out.stdout.iter().filter(|l| l.starts_with("PATH=")).count(), 1);
 
+    // Names that are no shell identifiers reach the process as given (envFrom with a ConfigMap's
+    // keys and a prefix gives `data-1`, `p-data.1`; Kubernetes allows any printable name but
+    // `=`): printed by `env` run as the container's process, no shell in between to drop them.
+    let mut c = container("env-names", "");
+    c.command = vec!["env".into()];
+    c.envs = ["data-1", "p-data.1", "1st", "with space"]
+        .iter()
+        .map(|key| api::KeyValue {
+            key: key.to_string(),
+            value: format!("value of {key}").into(),
+        })
+        .collect();
+    let out = pod.run_to_exit(c).await;
+    assert_eq!(out.status.exit_code, 0, "{}", out.log);
+    for key in ["data-1", "p-data.1", "1st", "with space"] {
+        let want = format!("{key}=value of {key}");
+        assert!(out.stdout.contains(&want), "{want:?} missing: {}", out.log);
+    }
+
     // busybox's own PATH (the image's ENV) reaches a plain container.
     let out = pod.run_to_exit(container("bb-env", "echo $PATH")).await;
     assert_eq!(
