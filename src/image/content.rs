@@ -97,6 +97,8 @@ impl ContentStore {
         file.write_all(bytes).map_err(io_err(&tmp))?;
         file.sync_all().map_err(io_err(&tmp))?;
         fs::rename(&tmp, self.blob_path(expected)).map_err(io_err(&tmp))?;
+        // The rename is durable once the blobs directory is: before any record names the blob.
+        scute_sys::files::sync_dir(&self.blobs).map_err(io_err(&self.blobs))?;
         Ok(())
     }
 
@@ -290,6 +292,7 @@ impl Ingest {
         }
         self.file.sync_all().map_err(io_err(&self.path))?;
         fs::rename(&self.path, store.blob_path(expected)).map_err(io_err(&self.path))?;
+        scute_sys::files::sync_dir(&store.blobs).map_err(io_err(&store.blobs))?;
         Ok(())
     }
 }

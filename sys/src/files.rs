@@ -4,8 +4,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-/// Writes `contents` to `path` atomically (temp file in the same directory, fsync, rename) with
-/// `mode`; the temp file is 0600 until then, so nobody reads a half-written file.
+/// Writes `contents` to `path` atomically and durably (temp file in the same directory, fsync,
+/// rename, fsync of the directory) with `mode`; the temp file is 0600 until then, so nobody
+/// reads a half-written file.
 pub fn write_atomic_mode(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
     write_via_temp(path, contents, mode, true)
 }
@@ -26,7 +27,17 @@ fn write_via_temp(path: &Path, contents: &[u8], mode: u32, sync: bool) -> io::Re
     }
     tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.persist(path).map_err(|e| e.error)?;
+    if sync {
+        // The rename is an entry of the directory: durable only once the directory is.
+        sync_dir(dir)?;
+    }
     Ok(())
+}
+
+/// Makes the entries of directory `dir` (a rename into it, a removal) durable: fsync(2) of the
+/// directory itself.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Walks a tree summing allocated bytes and counting inodes once each (hard links share one).
