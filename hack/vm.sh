@@ -14,10 +14,17 @@
 #       --env NAME=VALUE             set in COMMAND's environment (repeatable)
 #       --share DIR                  also share DIR at its host path (repeatable)
 #       --mem MiB (6144)  --cpus N (2)  --timeout SECONDS (3600)
+#   hack/vm.sh kubeadm-inputs        the hash of the kubeadm step's inputs (its step in
+#                                    node-tests.sh, hack/vm/kubeadm/, images/kubeadm.sh), and
+#                                    "passed" or "changed" against the hash its last pass recorded
+#                                    in hack/vm/kubeadm/passed (hack/test.sh runs the step when
+#                                    they changed)
 #   hack/vm.sh shell [OPTIONS]       the same guest, interactive on its serial console (root, no
 #                                    password; `poweroff` ends it)
 #   hack/vm.sh test [--after FILE]   the VM stage of hack/test.sh: a host registry with the test
-#                                    images, then hack/vm/node-tests.sh in the guest. --after:
+#                                    images, then hack/vm/node-tests.sh in the guest (its steps:
+#                                    SCUTE_VM_STEPS; with "kubeadm" among them the registry also
+#                                    gets the cluster's and kubeadm's images). --after:
 #                                    build the guest image first, then wait until FILE exists
 #                                    (hack/test.sh writes "ok" in it once the host's build of the
 #                                    tested binaries is done; anything else ends the stage)
@@ -303,6 +310,13 @@ vm_test() {
 	"$repo_root/hack/registry.sh" start --addr "127.0.0.1:$port" --dir "$registry_dir" >/dev/null
 	"$repo_root/images/build.sh" "127.0.0.1:$port" >"$registry_dir/build.log" 2>&1 ||
 		{ tail -n 20 "$registry_dir/build.log" >&2; die "images/build.sh failed"; }
+	if [[ " ${SCUTE_VM_STEPS:-} " == *" kubeadm "* ]]; then
+		# kubeadm's control plane and add-ons: its images, made from the field's binaries.
+		[[ -n ${SCUTE_TEST_TOOLS:-} ]] || die "the kubeadm step needs SCUTE_TEST_TOOLS (../shared/tools/install.sh DIR kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns agnhost sample-apiserver)"
+		{ "$repo_root/images/cluster.sh" "127.0.0.1:$port" "$SCUTE_TEST_TOOLS" &&
+			"$repo_root/images/kubeadm.sh" "127.0.0.1:$port" "$SCUTE_TEST_TOOLS"; } >>"$registry_dir/build.log" 2>&1 ||
+			{ tail -n 20 "$registry_dir/build.log" >&2; die "images/cluster.sh or images/kubeadm.sh failed"; }
+	fi
 	log "host registry 127.0.0.1:$port (10.0.2.2:$port in the guest) with the test images, $((SECONDS - started)) s"
 	# Two versions of the package from the tested debug binaries, for the guest's install and
 	# upgrade (target/debian/vm is shared with the guest at its host path).
@@ -334,6 +348,24 @@ vm_test() {
 	return "$status"
 }
 
+# The kubeadm step's inputs: what it runs and what it is given, not scute itself (every run's
+# host cluster stage covers scute under a control plane).
+kubeadm_inputs() {
+	local hash recorded
+	hash=$(
+		cd "$repo_root"
+		{
+			sed -n '/^step_kubeadm()/,/^}/p' hack/vm/node-tests.sh
+			sha256sum images/kubeadm.sh hack/vm/kubeadm/*.service hack/vm/kubeadm/*.conf hack/vm/kubeadm/*.yaml hack/vm/kubeadm/patches/*
+		} | sha256sum | cut -c1-16
+	)
+	recorded=$(cut -d' ' -f1 "$repo_root/hack/vm/kubeadm/passed" 2>/dev/null || true)
+	if [[ $hash == "$recorded" ]]; then echo "$hash passed"; else echo "$hash changed"; fi
+}
+
+case ${1:-} in
+kubeadm-inputs) kubeadm_inputs && exit 0 ;;
+esac
 [[ $(id -u) -eq 0 ]] || die "must run as root (qemu's 9p shares as root, the image build)"
 case ${1:-} in
 deps) install_host_packages ;;

@@ -4,7 +4,8 @@
 # filled with the test images, is SCUTE_TEST_REGISTRY).
 #
 #   hack/vm/node-tests.sh [STEP...]      steps: facts service critest kubelet integration bench
-#                                        package reboot (default: all, in that order)
+#                                        package reboot (default: all, in that order), and
+#                                        kubeadm (on demand: SCUTE_VM_STEPS="facts kubeadm")
 #
 # A step that passed is recorded in /var/lib/scute-vm-tests and not run again: `reboot` reboots
 # the guest, whose job unit then runs this script again to check what came back.
@@ -333,6 +334,160 @@ step_package() {
 
 	# Back to the hand install for the steps after this one.
 	rm -rf /etc/scute.hand
+	install_scute
+}
+
+# The operator's path to a cluster (docs/getting-started.md): scute from its .deb with the
+# systemd driver, the kubelet and kubeadm as the Kubernetes packages install them, `kubeadm
+# init` with scute's socket. The control plane then runs as static pods on scute itself, and
+# kube-proxy and CoreDNS as kubeadm deploys them; a Service answers by DNS name from a pod, and
+# `kubectl exec` and `logs` go through the API server. `kubeadm reset` leaves scute empty.
+step_kubeadm() {
+	step "kubeadm init on scute (.deb, systemd driver): static-pod control plane, kube-proxy, CoreDNS, a Service"
+	[[ -x $tools/kubeadm && -x $tools/kubelet && -x $tools/kubectl ]] || {
+		log "SKIPPED: no kubeadm, kubelet or kubectl (no ../shared/tools)"
+		return 0
+	}
+	local deb started=$SECONDS
+	deb=$(ls "$repo_root"/target/debian/vm/scute_*+vm1_*.deb) || fail "no package in target/debian/vm (hack/vm.sh test builds it)"
+	systemctl disable --now scute 2>/dev/null || true
+	rm -f /etc/systemd/system/scute.service /usr/local/bin/scute /usr/local/bin/scute-shim
+	rm -rf /etc/scute.hand
+	[[ ! -e /etc/scute ]] || mv /etc/scute /etc/scute.hand
+	DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" >/dev/null
+	# The operator's edits (docs/getting-started.md): the systemd driver, as kubeadm configures
+	# the kubelet, and (offline here) mirrors for registry.k8s.io.
+	sed -i 's/^cgroup_driver = .*/cgroup_driver = "systemd"/' /etc/scute/config.toml
+	hack/mirrors.sh "$registry" /etc/scute/certs.d 2>/dev/null
+	systemctl restart scute
+
+	install -m 0755 "$tools/kubelet" "$tools/kubeadm" "$tools/kubectl" /usr/bin/
+	printf 'runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n' "$endpoint" "$endpoint" >/etc/crictl.yaml
+	install -D -m 0644 hack/vm/kubeadm/kubelet.service /usr/lib/systemd/system/kubelet.service
+	install -D -m 0644 hack/vm/kubeadm/10-kubeadm.conf /usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf
+	systemctl daemon-reload
+	systemctl enable -q kubelet
+	# kubeadm's prerequisites for a node (its preflight checks them).
+	sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+	# CoreDNS forwards to the node's resolv.conf (qemu's resolver; nothing outside answers).
+	[[ -s /etc/resolv.conf ]] || echo 'nameserver 10.0.2.3' >/etc/resolv.conf
+	# The pod network a network add-on would install: Debian's bridge plugin on the pod range the
+	# controller-manager gives this node (the first /24 of podSubnet).
+	mkdir -p /etc/cni/net.d
+	cat >/etc/cni/net.d/10-kubeadm-bridge.conflist <<-EOF
+		{"cniVersion": "1.0.0", "name": "kubeadm-bridge", "plugins": [
+		 {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+		  "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+		 {"type": "portmap", "capabilities": {"portMappings": true}}]}
+	EOF
+
+	local node
+	node=$(hostname | tr '[:upper:]' '[:lower:]')
+	# What the kubelet runs on scute while kubeadm waits, once a minute.
+	(
+		while sleep 60; do
+			echo "--- $(date +%T) crictl ps -a:" >&2
+			crictl ps -a 2>&1 | cut -c1-150 >&2
+			for id in $(crictl ps -q --state exited 2>/dev/null); do
+				echo "--- exited container $id ($(crictl inspect -o go-template --template '{{.status.exitCode}} {{.status.reason}} {{.status.finishedAt}}' "$id" 2>&1)), the end of its log:" >&2
+				crictl logs --tail 8 "$id" 2>&1 | cut -c1-300 >&2
+			done
+		done
+	) &
+	local watcher=$!
+	# kubeadm init, in its phases: emulated, the API server missed its fixed 30-second window to
+	# create the bootstrap RBAC roles (PostStartHook "rbac/bootstrap-roles" failed, at every
+	# restart) while the controller-manager and the scheduler started beside it and listed
+	# everything. So the API server starts alone, and the rest of `kubeadm init` follows once it
+	# is ready. On a node at native speed plain `kubeadm init` does the same in one go.
+	local config=hack/vm/kubeadm/init.yaml phase
+	for phase in preflight "certs all" "kubeconfig all" "etcd local" "control-plane apiserver" kubelet-start; do
+		# shellcheck disable=SC2086 # a phase and its sub-phase
+		kubeadm init phase $phase --config "$config" 2>&1 | tee -a "$state/kubeadm-init.log" >&2 ||
+			{ kill "$watcher"; fail "kubeadm init phase $phase failed"; }
+	done
+	for _ in $(seq 900); do
+		[[ $(curl -ks --max-time 5 https://127.0.0.1:6443/readyz 2>/dev/null) == ok ]] && break
+		sleep 2
+	done
+	[[ $(curl -ks --max-time 5 https://127.0.0.1:6443/readyz) == ok ]] || { kill "$watcher"; fail "the API server never became ready"; }
+	log "the API server is ready: $((SECONDS - started)) s"
+	if ! kubeadm init --config "$config" --skip-phases=preflight,certs,kubeconfig,etcd,control-plane/apiserver,kubelet-start \
+		2>&1 | tee -a "$state/kubeadm-init.log" >&2; then
+		kill "$watcher"
+		journalctl -u kubelet --no-pager | tail -n 30 >&2
+		fail "kubeadm init failed"
+	fi
+	kill "$watcher"
+	log "kubeadm init: $((SECONDS - started)) s"
+	export KUBECONFIG=/etc/kubernetes/admin.conf
+	# What the cluster looked like, before a failure's message.
+	dump() {
+		kubectl get pods -A -o wide >&2 || true
+		kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 25 | cut -c1-250 >&2 || true
+		crictl ps -a 2>&1 | cut -c1-150 >&2
+	}
+
+	kubectl wait --for=condition=Ready "node/$node" --timeout=600s >/dev/null ||
+		{ dump; fail "node $node not Ready: $(kubectl describe node "$node" | sed -n '/Conditions/,/Addresses/p')"; }
+	local runtime
+	runtime=$(kubectl get node "$node" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')
+	[[ $runtime == scute://* ]] || { dump; fail "the node's container runtime is $runtime"; }
+	kubectl get nodes -o wide >&2
+
+	# The control plane's static pods, kube-proxy and CoreDNS, all on scute.
+	local component pod
+	for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+		kubectl -n kube-system wait --for=condition=Ready "pod/$component-$node" --timeout=600s >/dev/null ||
+			{ dump; fail "$component-$node is not Ready"; }
+	done
+	kubectl -n kube-system rollout status daemonset/kube-proxy --timeout=600s >/dev/null || { dump; fail "kube-proxy did not roll out"; }
+	kubectl -n kube-system rollout status deployment/coredns --timeout=600s >/dev/null || { dump; fail "CoreDNS did not roll out"; }
+	kubectl -n kube-system get pods -o wide >&2
+	# Each of them is scute's: a running container whose process sits in the kubelet's
+	# kubepods.slice (the systemd driver), not in system.slice.
+	local id pid cgroup
+	for component in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns; do
+		id=$(crictl ps -q --name "^$component\$" --state running | head -n 1)
+		[[ -n $id ]] || { dump; fail "crictl ps shows no running $component container"; }
+		pid=$(crictl inspect -o go-template --template '{{.info.pid}}' "$id")
+		cgroup=$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
+		[[ $cgroup == /kubepods.slice/* ]] || { dump; fail "$component ($pid) is in $cgroup, not under kubepods.slice"; }
+	done
+	log "control plane, kube-proxy and CoreDNS running on scute under kubepods.slice: $((SECONDS - started)) s"
+
+	# A workload on the control-plane node: a Deployment behind a Service, reached by its DNS
+	# name (CoreDNS) through its ClusterIP (kube-proxy) from another pod.
+	kubectl taint nodes --all node-role.kubernetes.io/control-plane- >/dev/null
+	kubectl create deployment web --image=registry.k8s.io/e2e-test-images/agnhost:2.63.0 --port=8080 \
+		-- /agnhost netexec --http-port=8080 >/dev/null
+	kubectl expose deployment web --port=80 --target-port=8080 >/dev/null
+	kubectl rollout status deployment/web --timeout=300s >/dev/null || { dump; fail "the web Deployment did not roll out"; }
+	local web_pod answer
+	web_pod=$(kubectl get pods -l app=web -o jsonpath='{.items[0].metadata.name}')
+	answer=$(kubectl run client --image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1 --restart=Never -i --rm \
+		--quiet -- wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname 2>&1) ||
+		{ dump; fail "a pod could not reach the Service by name: $answer"; }
+	[[ $answer == "$web_pod" ]] || { dump; fail "http://web.default.svc.cluster.local/hostname answered '$answer', not $web_pod"; }
+	[[ $(kubectl exec "$web_pod" -- cat /etc/hostname) == "$web_pod" ]] || { dump; fail "kubectl exec through the API server"; }
+	kubectl logs "$web_pod" | grep -q 'GET /hostname' || { dump; fail "kubectl logs does not show the request: $(kubectl logs "$web_pod" | tail -n 5)"; }
+	log "Service web reached by DNS name from a pod; kubectl exec and logs through the API server: $((SECONDS - started)) s"
+
+	# kubeadm reset removes every pod through scute's CRI.
+	kubeadm reset -f --cri-socket unix:///run/scute/scute.sock >"$state/kubeadm-reset.log" 2>&1 ||
+		{ tail -n 20 "$state/kubeadm-reset.log" >&2 && fail "kubeadm reset failed"; }
+	[[ -z $(crictl pods -q) ]] || fail "pods left after kubeadm reset: $(crictl pods)"
+	wait_no_scute_units
+	log "kubeadm reset: no pod or scope left; the step took $((SECONDS - started)) s"
+	# The pass, recorded in the repo (shared read-write): hack/test.sh runs this step again when
+	# its inputs change (hack/vm.sh kubeadm-inputs).
+	echo "$(hack/vm.sh kubeadm-inputs | cut -d' ' -f1) $(date -u +%Y-%m-%d) $((SECONDS - started))s $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+		>hack/vm/kubeadm/passed
+
+	systemctl disable -q --now kubelet
+	dpkg -P scute >/dev/null
+	rm -rf /etc/cni/net.d/10-kubeadm-bridge.conflist /etc/scute
+	[[ ! -e /etc/scute.hand ]] || mv /etc/scute.hand /etc/scute
 	install_scute
 }
 
