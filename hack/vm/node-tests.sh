@@ -421,6 +421,8 @@ step_kubeadm() {
 	kill "$watcher"
 	log "kubeadm init: $((SECONDS - started)) s"
 	export KUBECONFIG=/etc/kubernetes/admin.conf
+	# kubectl's cache goes to $HOME/.kube: the guest's root, not the shared repo (the job has no HOME).
+	export HOME=/root
 	# What the cluster looked like, before a failure's message.
 	dump() {
 		kubectl get pods -A -o wide >&2 || true
@@ -465,9 +467,14 @@ step_kubeadm() {
 	kubectl rollout status deployment/web --timeout=300s >/dev/null || { dump; fail "the web Deployment did not roll out"; }
 	local web_pod answer
 	web_pod=$(kubectl get pods -l app=web -o jsonpath='{.items[0].metadata.name}')
-	answer=$(kubectl run client --image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1 --restart=Never -i --rm \
-		--quiet -- wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname 2>&1) ||
-		{ dump; fail "a pod could not reach the Service by name: $answer"; }
+	# Not `kubectl run -i`: its attach gave up on the emulated API server ("couldn't fetch
+	# pre-attach logs: context deadline exceeded") after the client had run.
+	kubectl run client --image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1 --restart=Never \
+		-- wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname >/dev/null
+	kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=300s >/dev/null ||
+		{ dump; fail "a pod could not reach the Service by name: $(kubectl logs client 2>&1 | tail -n 3)"; }
+	answer=$(kubectl logs client)
+	kubectl delete pod client --wait=false >/dev/null
 	[[ $answer == "$web_pod" ]] || { dump; fail "http://web.default.svc.cluster.local/hostname answered '$answer', not $web_pod"; }
 	[[ $(kubectl exec "$web_pod" -- cat /etc/hostname) == "$web_pod" ]] || { dump; fail "kubectl exec through the API server"; }
 	kubectl logs "$web_pod" | grep -q 'GET /hostname' || { dump; fail "kubectl logs does not show the request: $(kubectl logs "$web_pod" | tail -n 5)"; }
