@@ -66,7 +66,7 @@ packages=(
 	linux-image-amd64 initramfs-tools systemd systemd-sysv dbus udev kmod
 	iproute2 iptables iputils-ping containernetworking-plugins conntrack ethtool socat
 	docker-registry apache2-utils busybox curl ca-certificates openssl file procps util-linux
-	mount e2fsprogs python3 libseccomp2 libelf1 zlib1g
+	mount e2fsprogs python3 libseccomp2 libelf1 zlib1g criu
 )
 mirrors=(
 	"deb http://deb.debian.org/debian bookworm main"

@@ -396,6 +396,22 @@ fn tcp_reachable(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether CheckpointContainer can work: CRIU installed and `criu check` passing.
+pub fn check_checkpoint() -> Finding {
+    match crate::criu::probe() {
+        Ok(version) => finding(
+            "checkpoint",
+            Verdict::Ok,
+            format!("CRIU {version}: `criu check` passes"),
+        ),
+        Err(why) => finding(
+            "checkpoint",
+            Verdict::Warn,
+            format!("CheckpointContainer will fail: {why}"),
+        ),
+    }
+}
+
 /// Every check `scute check` runs, in order.
 pub fn run_all(config: &Config) -> Vec<Finding> {
     let mut findings = vec![
@@ -406,6 +422,7 @@ pub fn run_all(config: &Config) -> Vec<Finding> {
         check_overlay_mount(&config.root),
         check_seccomp(),
         check_cni(config),
+        check_checkpoint(),
     ];
     findings.extend(check_registries(config));
     findings.extend(check_cdi(config));

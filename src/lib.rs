@@ -21,6 +21,7 @@ pub mod client;
 pub mod config;
 pub mod container;
 pub mod cri_limits;
+pub mod criu;
 pub mod daemon;
 pub mod distribution;
 pub mod doctor;

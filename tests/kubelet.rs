@@ -1179,3 +1179,61 @@ async fn image_volumes_whole_and_sub_path_are_read_only() {
     let message = container_status(&pod, "main")["state"]["waiting"]["message"].to_string();
     assert!(message.contains("no/such/dir"), "{message}");
 }
+
+/// The kubelet's checkpoint endpoint (KEP-2008): `POST /checkpoint/{namespace}/{pod}/{container}`
+/// on its server makes it call CheckpointContainer; the archive lands in its root's checkpoints/
+/// and the container runs on, not restarted. Where `criu check` fails the kubelet passes scute's
+/// FailedPrecondition on, naming CRIU.
+#[tokio::test]
+async fn checkpoint_endpoint_writes_an_archive() {
+    let port = common::free_port();
+    let Some(node) = Node::start("checkpoint", json!({"enableServer": true, "port": port})) else {
+        return;
+    };
+    let name = node.apply(json!({
+        "metadata": {"name": "counter"},
+        "spec": {"containers": [{"name": "count", "image": BUSYBOX, "command": ["sh", "-c",
+            "i=0; while true; do i=$((i+1)); echo $i; sleep 0.2; done"]}]},
+    }));
+    node.wait_ready(&name, start()).await;
+    let url = format!("https://127.0.0.1:{port}/checkpoint/{}/{name}/count", node.namespace);
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "--max-time", "300", "-X", "POST", "-w", "\n%{http_code}", &url])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    match scute::criu::probe() {
+        Ok(version) => {
+            assert_eq!(code, "200", "{body}\n{}", node.kubelet_log());
+            let answer: Value = serde_json::from_str(body).unwrap();
+            let archive = PathBuf::from(answer["items"][0].as_str().unwrap());
+            assert!(archive.starts_with(node.root_dir().join("checkpoints")), "{archive:?}");
+            let mut names = Vec::new();
+            for entry in tar::Archive::new(std::fs::File::open(&archive).unwrap())
+                .entries()
+                .unwrap()
+            {
+                names.push(entry.unwrap().path().unwrap().display().to_string());
+            }
+            for want in [
+                "config.dump",
+                "spec.dump",
+                "checkpoint/inventory.img",
+                "rootfs-diff.tar",
+            ] {
+                assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
+            }
+            let pod = node.pod(&name).await.unwrap();
+            let status = container_status(&pod, "count");
+            assert!(status["state"]["running"].is_object(), "{status:#}");
+            assert_eq!(status["restartCount"], 0, "{status:#}");
+            figure(&format!("kubelet /checkpoint with CRIU {version}: {archive:?}"));
+        }
+        Err(why) => {
+            assert_eq!(code, "500", "{body}");
+            assert!(body.contains("CRIU"), "{body}");
+            eprintln!("no working CRIU here ({why}): the kubelet passed scute's error on: {body}");
+        }
+    }
+}

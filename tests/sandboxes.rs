@@ -430,6 +430,7 @@ async fn interrupted_creations_are_removed_at_restart() {
                     cgroups_path: String::new(),
                     user: None,
                     unclaimed: false,
+                    restored_from: None,
                 },
             )
             .unwrap();

@@ -38,6 +38,23 @@ where
     T: Serialize + DeserializeOwned,
     F: FnOnce() -> Result<T, ApiError>,
 {
+    in_helper_group(what, keep, HELPER_TIMEOUT, false, f)
+}
+
+/// `in_helper` with its own time limit; with `own_group` the helper leads a process group of its
+/// own and a timeout kills the whole group: what the helper started for the operation (CRIU's
+/// `criu swrk`) must not outlive it and keep working on a container.
+pub(crate) fn in_helper_group<T, F>(
+    what: &str,
+    keep: &[RawFd],
+    timeout: Duration,
+    own_group: bool,
+    f: F,
+) -> Result<T, ApiError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Result<T, ApiError>,
+{
     let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| ApiError::internal(format!("{what}: pipe: {e}")))?;
     match unsafe { fork() } {
@@ -51,6 +68,9 @@ where
             keep.push(tx.as_raw_fd());
             close_fds_except(&keep);
             unsafe { libc::prctl(libc::PR_SET_NAME, c"shim-helper".as_ptr(), 0, 0, 0) };
+            if own_group {
+                let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            }
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
                 Err(ApiError::internal(format!(
                     "{what}: libcontainer panicked (see shim.log)"
@@ -79,7 +99,13 @@ where
         }
         Ok(ForkResult::Parent { child }) => {
             drop(tx);
-            let status = wait_helper(child, what);
+            if own_group {
+                // Also here: a timeout must find the group even if the child has not run yet.
+                let _ = nix::unistd::setpgid(child, child);
+            }
+            let started = Instant::now();
+            let status = wait_helper(child, what, timeout, own_group);
+            let timed_out = started.elapsed() >= timeout;
             // Only after the helper exited: processes it started (a created container's init,
             // waiting for its start) may still hold the pipe's write end, so EOF may never come.
             read_available(rx)
@@ -94,22 +120,28 @@ where
                     )),
                 })
                 .unwrap_or_else(|| {
-                    Err(ApiError::internal(format!(
-                        "{what}: libcontainer helper ended without an answer ({status:?}); see shim.log"
-                    )))
+                    Err(ApiError::internal(if timed_out {
+                        format!("{what}: took longer than {timeout:?} and was stopped (SIGKILL); see shim.log")
+                    } else {
+                        format!("{what}: libcontainer helper ended without an answer ({status:?}); see shim.log")
+                    }))
                 })
         }
     }
 }
 
-/// Waits for a helper, killing it after HELPER_TIMEOUT. Only this pid: other children are the
-/// event loop's to reap.
-fn wait_helper(child: Pid, what: &str) -> Option<WaitStatus> {
-    let deadline = Instant::now() + HELPER_TIMEOUT;
+/// Waits for a helper, killing it (with `group`, its process group) after `timeout`. Only this
+/// pid is reaped: other children are the event loop's.
+fn wait_helper(child: Pid, what: &str, timeout: Duration, group: bool) -> Option<WaitStatus> {
+    let deadline = Instant::now() + timeout;
+    let kill = || {
+        tracing::error!(what, "libcontainer helper timed out, killing it");
+        let target = if group { Pid::from_raw(-child.as_raw()) } else { child };
+        let _ = nix::sys::signal::kill(target, Signal::SIGKILL);
+    };
     let mut killed = false;
     if !await_exit(child, deadline) {
-        tracing::error!(what, "libcontainer helper timed out, killing it");
-        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        kill();
         killed = true;
     }
     // Reaps it: at once after a pidfd said it exited; polling where pidfds are not there.
@@ -125,8 +157,7 @@ fn wait_helper(child: Pid, what: &str) -> Option<WaitStatus> {
             }
         }
         if !killed && Instant::now() >= deadline {
-            tracing::error!(what, "libcontainer helper timed out, killing it");
-            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+            kill();
             killed = true;
         }
         std::thread::sleep(nap);

@@ -719,6 +719,10 @@ impl Server {
                     tty: r.tty,
                     max_log_line_bytes: r.max_log_line_bytes,
                     stdin_once: r.stdin_once,
+                    restore: (!r.restore_images_dir.is_empty()).then(|| crate::containers::RestoreFrom {
+                        images_dir: r.restore_images_dir.into(),
+                        work_dir: r.restore_work_dir.into(),
+                    }),
                 };
                 self.containers
                     .create(&r.container_id, &r.bundle, &opts)
@@ -785,6 +789,10 @@ impl Server {
                 .containers
                 .update_resources(&r.container_id, &r.resources_json)
                 .map(|()| response::Kind::UpdateResources(pb::UpdateResourcesResponse {})),
+            request::Kind::CheckpointContainer(r) => self
+                .containers
+                .checkpoint(&r.container_id, &r.image_dir, &r.work_dir, r.timeout_seconds)
+                .map(|()| response::Kind::CheckpointContainer(pb::CheckpointContainerResponse {})),
         };
         match &result {
             Ok(_) => tracing::debug!(request = name, elapsed = ?started.elapsed(), "handled"),
@@ -832,6 +840,7 @@ fn request_name(kind: &request::Kind) -> &'static str {
         request::Kind::ExecStream(_) => "ExecStream",
         request::Kind::Attach(_) => "Attach",
         request::Kind::SubscribeExits(_) => "SubscribeExits",
+        request::Kind::CheckpointContainer(_) => "CheckpointContainer",
     }
 }
 

@@ -81,6 +81,10 @@ pub struct ContainerRecord {
     /// container instead of a "name reserved" error (see `handover`).
     #[serde(default)]
     pub unclaimed: bool,
+    /// Made from this checkpoint archive (CRI's restore): its processes are restored by CRIU at
+    /// StartContainer, so until then it has none (pid 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<String>,
 }
 
 /// An image mounted as a volume: which CRI mount, the image it resolved to, its layers.
@@ -352,6 +356,7 @@ mod tests {
             cgroups_path: String::new(),
             user: None,
             unclaimed: false,
+            restored_from: None,
         };
         let listed = record.to_cri_container();
         let status = record.to_cri_status();

@@ -7,6 +7,7 @@
 
 mod admin_service;
 mod container_attach;
+mod container_checkpoint;
 mod container_create;
 mod container_events;
 mod container_exec;
@@ -107,12 +108,6 @@ pub enum RpcError {
     NotFound(String),
     #[error("{0}")]
     FailedPrecondition(String),
-    /// An RPC scute does not serve yet; `tracked_by` names the piece of work that adds it.
-    #[error("{rpc} is not implemented yet in scute ({tracked_by})")]
-    Unimplemented {
-        rpc: &'static str,
-        tracked_by: &'static str,
-    },
     #[error("{0}")]
     DeadlineExceeded(String),
     #[error("{0}")]
@@ -179,7 +174,6 @@ impl From<RpcError> for Status {
             RpcError::InvalidArgument(_) => Code::InvalidArgument,
             RpcError::NotFound(_) => Code::NotFound,
             RpcError::FailedPrecondition(_) => Code::FailedPrecondition,
-            RpcError::Unimplemented { .. } => Code::Unimplemented,
             RpcError::Store(e) => store_code(e),
             RpcError::DeadlineExceeded(_) => Code::DeadlineExceeded,
             RpcError::ResourceExhausted(_) => Code::ResourceExhausted,
@@ -320,11 +314,6 @@ pub(crate) fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<st
     })
 }
 
-/// Handler for RPCs not served yet.
-pub(crate) async fn unimplemented<T>(rpc: &'static str, tracked_by: &'static str) -> Result<T, RpcError> {
-    Err(RpcError::Unimplemented { rpc, tracked_by })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,13 +324,6 @@ mod tests {
             (RpcError::InvalidArgument("x".into()), Code::InvalidArgument),
             (RpcError::NotFound("x".into()), Code::NotFound),
             (RpcError::FailedPrecondition("x".into()), Code::FailedPrecondition),
-            (
-                RpcError::Unimplemented {
-                    rpc: "Exec",
-                    tracked_by: "streaming",
-                },
-                Code::Unimplemented,
-            ),
             (
                 store::Error::NotFound {
                     kind: store::Kind::Container,
@@ -376,17 +358,5 @@ mod tests {
             assert_eq!(status.code(), code, "{msg}");
             assert_eq!(status.message(), msg);
         }
-    }
-
-    #[test]
-    fn unimplemented_message_names_the_rpc() {
-        let status = Status::from(RpcError::Unimplemented {
-            rpc: "RunPodSandbox",
-            tracked_by: "pod sandboxes",
-        });
-        assert_eq!(
-            status.message(),
-            "RunPodSandbox is not implemented yet in scute (pod sandboxes)"
-        );
     }
 }

@@ -1,13 +1,10 @@
 //! Routing table of CRI RuntimeService: every RPC goes through `instrument` to its handler.
-//! CheckpointContainer, out of scope, answers Unimplemented saying why.
 
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use super::{instrument, unimplemented, CriService};
+use super::{instrument, CriService};
 use crate::api::{self, runtime_service_server::RuntimeService};
-
-const CHECKPOINT: &str = "out of scope: checkpointing needs CRIU, which scute does not use";
 
 pub fn runtime_service_server(service: CriService) -> api::runtime_service_server::RuntimeServiceServer<CriService> {
     api::runtime_service_server::RuntimeServiceServer::new(service)
@@ -241,9 +238,13 @@ impl RuntimeService for CriService {
 
     async fn checkpoint_container(
         &self,
-        _request: Request<api::CheckpointContainerRequest>,
+        request: Request<api::CheckpointContainerRequest>,
     ) -> Result<Response<api::CheckpointContainerResponse>, Status> {
-        instrument("CheckpointContainer", unimplemented("CheckpointContainer", CHECKPOINT)).await
+        instrument(
+            "CheckpointContainer",
+            self.cri.checkpoint_container(request.into_inner()),
+        )
+        .await
     }
 
     type GetContainerEventsStream = BoxStream<api::ContainerEventResponse>;

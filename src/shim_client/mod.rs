@@ -133,6 +133,9 @@ pub struct CreateOptions {
     /// With `stdin`: the first attach session that ends its input (`close_stdin`, or closing)
     /// closes the container's stdin (a terminal gets ^D), and no attach can write to it again.
     pub stdin_once: bool,
+    /// Restore at start from CRIU's images in the first directory (CRIU's work dir: the second)
+    /// instead of starting the bundle's process; no process (pid 0) until then.
+    pub restore: Option<(PathBuf, PathBuf)>,
 }
 
 /// A command to run in a running container (`exec_with`).
@@ -592,6 +595,8 @@ impl ShimClient {
             tty: opts.tty,
             max_log_line_bytes: opts.max_log_line_bytes.unwrap_or(0),
             stdin_once: opts.stdin_once,
+            restore_images_dir: path_of(opts.restore.as_ref().map(|r| &r.0))?,
+            restore_work_dir: path_of(opts.restore.as_ref().map(|r| &r.1))?,
         });
         match self.call(req, SLOW_TIMEOUT).await? {
             response::Kind::CreateContainer(r) => Ok(r.pid),
@@ -658,6 +663,34 @@ impl ShimClient {
         match self.call(req, SLOW_TIMEOUT).await? {
             response::Kind::UpdateResources(_) => Ok(()),
             other => Err(unexpected("UpdateResources", &other)),
+        }
+    }
+
+    /// Checkpoints the running container with CRIU, leaving it running: CRIU's images into
+    /// `image_dir`, its log and statistics into `work_dir`. CRIU is killed after `timeout`.
+    pub async fn checkpoint_container(
+        &self,
+        id: &str,
+        image_dir: &Path,
+        work_dir: &Path,
+        timeout: Duration,
+    ) -> Result<(), ShimError> {
+        let path = |p: &Path| {
+            p.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| ShimError::Protocol(format!("checkpoint directory {p:?} is not UTF-8")))
+        };
+        let secs = timeout.as_secs().clamp(1, u32::MAX.into()) as u32;
+        let req = request::Kind::CheckpointContainer(pb::CheckpointContainerRequest {
+            container_id: id.to_string(),
+            image_dir: path(image_dir)?,
+            work_dir: path(work_dir)?,
+            timeout_seconds: secs,
+        });
+        // The shim kills CRIU at the limit; its answer may take a little longer.
+        match self.call(req, timeout + QUICK_TIMEOUT).await? {
+            response::Kind::CheckpointContainer(_) => Ok(()),
+            other => Err(unexpected("CheckpointContainer", &other)),
         }
     }
 
@@ -980,6 +1013,17 @@ fn remote(e: pb::Error) -> ShimError {
             code,
             message: e.message,
         },
+    }
+}
+
+/// A path for the protocol (empty for none).
+fn path_of(path: Option<&PathBuf>) -> Result<String, ShimError> {
+    match path {
+        None => Ok(String::new()),
+        Some(p) => p
+            .to_str()
+            .map(str::to_string)
+            .ok_or_else(|| ShimError::Protocol(format!("path {p:?} is not UTF-8"))),
     }
 }
 

@@ -296,6 +296,11 @@ impl Node {
         PathBuf::from(DEVICE_PLUGINS_DIR)
     }
 
+    /// The kubelet's `--root-dir`.
+    pub fn root_dir(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
     pub fn kubelet_log_path(&self) -> PathBuf {
         self.dir.path().join("kubelet.log")
     }

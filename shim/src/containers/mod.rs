@@ -22,7 +22,9 @@
 //! are reaped here. Output for sessions is collected as frames (`take_session_output`); the
 //! event loop owns the connections and queues the frames on them.
 
+mod checkpoint;
 mod executor;
+mod restore;
 mod sessions;
 
 use std::collections::BTreeMap;
@@ -51,6 +53,7 @@ use crate::api_error::chain;
 pub use crate::api_error::ApiError;
 use crate::helper::in_helper;
 use executor::{check_terminal, update_cgroup, ShimExecutor};
+pub use restore::RestoreFrom;
 use scute_sys::clock::now_nanos;
 use sessions::{copy_to_sessions, Attachment};
 
@@ -94,6 +97,8 @@ struct Entry {
     /// Its terminal's master, for resizes.
     tty: Option<OwnedFd>,
     attached: Vec<Attachment>,
+    /// A restore waiting for StartContainer: no process yet (pid 0).
+    restore: Option<restore::Pending>,
 }
 
 /// What CreateContainer asks for besides the bundle.
@@ -107,6 +112,8 @@ pub struct CreateOptions {
     /// 0: the default.
     pub max_log_line_bytes: u32,
     pub stdin_once: bool,
+    /// Restore from CRIU's images at start instead of creating a process now.
+    pub restore: Option<RestoreFrom>,
 }
 
 /// A descriptor the event loop polls for this module.
@@ -263,6 +270,9 @@ impl Containers {
             return Err(ApiError::invalid(format!("log path {log_path:?} is not absolute")));
         }
         self.remove_leftover(id);
+        if let Some(from) = &opts.restore {
+            return self.create_restorable(id, bundle, opts, from).map(|()| 0);
+        }
 
         // Output: pipes (or the terminal) whose read ends this shim keeps, or /dev/null.
         let file = if opts.log_path.is_empty() {
@@ -407,6 +417,7 @@ impl Containers {
                 stdin_once: opts.stdin && opts.stdin_once,
                 tty: tty_master,
                 attached: Vec::new(),
+                restore: None,
             },
         );
         if !opts.create_only {
@@ -430,6 +441,9 @@ impl Containers {
                     entry.status.name()
                 ),
             ));
+        }
+        if entry.restore.is_some() {
+            return self.restore(id);
         }
         let dir = self.root.join(id);
         let log = self.log_path();
@@ -522,6 +536,10 @@ impl Containers {
             .ok()
             .filter(|s| (1..=libc::SIGRTMAX()).contains(s))
             .ok_or_else(|| ApiError::invalid(format!("invalid signal {signal}")))?;
+        if entry.restore.is_some() {
+            // A restore not started has no process to signal.
+            return Ok(());
+        }
         let stopped = matches!(entry.status, Status::Stopped(_));
         entry.sigkill_sent |= sig == libc::SIGKILL;
         if all && sig == libc::SIGKILL && !stopped {
@@ -578,7 +596,7 @@ impl Containers {
             return Ok(());
         };
         let dir = self.root.join(id);
-        if !matches!(entry.status, Status::Stopped(_)) {
+        if !matches!(entry.status, Status::Stopped(_)) && entry.restore.is_none() {
             entry.sigkill_sent = true;
             let pid = entry.pid;
             let killed = in_helper(&format!("killing container {id}"), &[self.log_fd], || {

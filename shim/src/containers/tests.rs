@@ -46,6 +46,7 @@ fn update_resources_needs_a_live_container_and_resources_json() {
         stdin_once: false,
         tty: None,
         attached: Vec::new(),
+        restore: None,
     };
     let exit = ExitRecord {
         exit_code: 0,
@@ -84,6 +85,7 @@ fn piped_entry(stdin_once: bool) -> (Entry, File, File) {
         stdin_once,
         tty: None,
         attached: Vec::new(),
+        restore: None,
     };
     (entry, File::from(in_r), File::from(out_w))
 }

@@ -25,9 +25,11 @@ use crate::store::{self, Kind, Store};
 
 /// ExecSync output beyond this is dropped (the kubelet keeps probe output small anyway).
 mod bind_sources;
+mod checkpoint;
 mod exits;
 mod image_volumes;
 mod release;
+mod restore;
 mod stop;
 mod update;
 mod validate;
@@ -284,14 +286,22 @@ impl ContainerManager {
                 "ContainerConfig.image.image is required".into(),
             ));
         }
-        let image = match self.images.resolve(&image_name) {
-            Ok(image) => image,
-            Err(ImageError::NotFound(_)) => {
-                return Err(ContainerError::NotFound(format!(
-                    "image {image_name:?} not found: pull it first"
-                )))
-            }
-            Err(e) => return Err(e.into()),
+        // CRI's restore: the image names a checkpoint archive.
+        let checkpoint = match restore::archive_of(&image_name) {
+            Some(archive) => Some(restore::read_checkpoint(&archive)?),
+            None => None,
+        };
+        let image = match &checkpoint {
+            Some(checkpoint) => self.checkpoint_image(checkpoint)?,
+            None => match self.images.resolve(&image_name) {
+                Ok(image) => image,
+                Err(ImageError::NotFound(_)) => {
+                    return Err(ContainerError::NotFound(format!(
+                        "image {image_name:?} not found: pull it first"
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
         if let Some(artifact) = &image.artifact {
             return Err(ContainerError::InvalidArgument(format!(
@@ -321,8 +331,14 @@ impl ContainerManager {
             name: name.clone(),
             sandbox_id: sandbox_id.clone(),
             config: ContainerRecord::encode_config(&config),
-            image_name: display_image_name(&config, &image_name, &image),
-            image_ref: image_name,
+            image_name: match &checkpoint {
+                Some(c) if !c.config.rootfs_image_name.is_empty() => c.config.rootfs_image_name.clone(),
+                _ => display_image_name(&config, &image_name, &image),
+            },
+            image_ref: match &checkpoint {
+                Some(c) if !c.config.rootfs_image.is_empty() => c.config.rootfs_image.clone(),
+                _ => image_name,
+            },
             image_id: image.id.clone(),
             chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
             image_volumes: Vec::new(),
@@ -338,6 +354,7 @@ impl ContainerManager {
             cgroups_path: crate::cgroups::sibling(&sandbox.cgroups_path, &id),
             user: None,
             unclaimed: false,
+            restored_from: checkpoint.as_ref().map(|c| c.archive.display().to_string()),
         };
         self.store.create(&name, &record)?;
         let effective = self.with_handler_defaults(config.clone(), &sandbox.runtime_handler);
@@ -424,6 +441,19 @@ impl ContainerManager {
             record.image_volumes = volumes.iter().map(|(v, _)| v.clone()).collect();
             self.store.put(&*record)?;
         }
+        if let Some(archive) = &record.restored_from {
+            if userns.is_some() {
+                return Err(ContainerError::FailedPrecondition(
+                    "restoring a checkpoint into a pod with a user namespace is not supported".into(),
+                ));
+            }
+            // Into the writable layer before the overlay is mounted on it.
+            let (archive, images, upper) = (PathBuf::from(archive), dir.join("checkpoint"), dir.join("upper"));
+            let log = (!record.log_path.is_empty()).then(|| PathBuf::from(&record.log_path));
+            tokio::task::spawn_blocking(move || restore::unpack_checkpoint(&archive, &images, &upper, log.as_deref()))
+                .await
+                .map_err(|e| ContainerError::Failed(format!("unpacking the checkpoint: {e}")))??;
+        }
         let with_volumes = self.stage_image_volumes(config, &volumes, &dir, ns_file.as_ref())?;
         let config = with_volumes.as_ref().unwrap_or(config);
         let mut staged = None;
@@ -503,13 +533,20 @@ impl ContainerManager {
                     tty: config.tty,
                     max_log_line_bytes: None,
                     stdin_once: config.stdin_once,
+                    restore: record
+                        .restored_from
+                        .is_some()
+                        .then(|| (dir.join("checkpoint"), dir.join("criu"))),
                 },
             )
             .await
             .map_err(shim_failed("creating the container"))?;
-        bind_sources
-            .verify(record.pid)
-            .map_err(ContainerError::FailedPrecondition)?;
+        // (A restore has no process until it starts: CRIU mounts what the bundle names then.)
+        if record.restored_from.is_none() {
+            bind_sources
+                .verify(record.pid)
+                .map_err(ContainerError::FailedPrecondition)?;
+        }
         Ok(())
     }
 
@@ -537,6 +574,13 @@ impl ContainerManager {
             drop(order);
             self.release_exited(&record).await;
             return Err(shim_failed("starting the container")(e));
+        }
+        if record.restored_from.is_some() {
+            // Its processes exist from now on.
+            match shim.state(&id).await {
+                Ok(state) => record.pid = state.pid,
+                Err(e) => tracing::warn!(container = %id, error = %e, "the restored container's pid"),
+            }
         }
         record
             .started(scute_sys::clock::now_nanos())
@@ -648,7 +692,8 @@ impl ContainerManager {
             if record.state == ContainerState::Exited {
                 self.release_later(&record.id);
             }
-            if record.pid == 0 && record.state == ContainerState::Created {
+            // (A restore has no process until it starts.)
+            if record.pid == 0 && record.state == ContainerState::Created && record.restored_from.is_none() {
                 tracing::warn!(container = %record.id, "creation was interrupted: removing what it left");
                 if let Err(e) = self.cleanup(&record).await {
                     tracing::warn!(container = %record.id, error = %e, "cleaning up an interrupted creation");
