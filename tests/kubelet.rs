@@ -1182,8 +1182,10 @@ async fn image_volumes_whole_and_sub_path_are_read_only() {
 
 /// The kubelet's checkpoint endpoint (KEP-2008): `POST /checkpoint/{namespace}/{pod}/{container}`
 /// on its server makes it call CheckpointContainer; the archive lands in its root's checkpoints/
-/// and the container runs on, not restarted. Where `criu check` fails the kubelet passes scute's
-/// FailedPrecondition on, naming CRIU.
+/// and the container runs on, not restarted. The archive then restores the way a pod spec does
+/// it: a checkpoint image (the archive's files as its one layer, annotated as a checkpoint)
+/// named as a new pod's image carries on counting. Where `criu check` fails the kubelet passes
+/// scute's FailedPrecondition on, naming CRIU.
 #[tokio::test]
 async fn checkpoint_endpoint_writes_an_archive() {
     let port = common::free_port();
@@ -1229,6 +1231,65 @@ async fn checkpoint_endpoint_writes_an_archive() {
             assert!(status["state"]["running"].is_object(), "{status:#}");
             assert_eq!(status["restartCount"], 0, "{status:#}");
             figure(&format!("kubelet /checkpoint with CRIU {version}: {archive:?}"));
+
+            // A checkpoint image made from the archive, as `checkpointctl build` or buildah make
+            // one, pushed where the node pulls from, named in a new pod.
+            let (files, layout) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            tar::Archive::new(std::fs::File::open(&archive).unwrap())
+                .unpack(files.path())
+                .unwrap();
+            let at_checkpoint = std::fs::read_to_string(files.path().join("container.log"))
+                .unwrap()
+                .lines()
+                .rev()
+                .find_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap();
+            let layout = layout.path().join("image");
+            common::kit(&[
+                "build",
+                "--rootfs",
+                files.path().to_str().unwrap(),
+                "--out",
+                layout.to_str().unwrap(),
+                "--annotation",
+                "checkpointctl.annotation.checkpoint.name=count",
+            ]);
+            common::kit(&[
+                "push",
+                "--layout",
+                layout.to_str().unwrap(),
+                "--to",
+                &format!("{}/scute-test/checkpoint-count:1", node.registry_addr()),
+                "--plain-http",
+            ]);
+            let restored = node.apply(json!({
+                "metadata": {"name": "restored"},
+                "spec": {"containers": [{"name": "count", "image": "registry.k8s.io/scute-test/checkpoint-count:1",
+                    "command": ["sh", "-c", "exit 3"]}]},
+            }));
+            let pod = node.wait_ready(&restored, start()).await;
+            let (cri, pid) = cri_container(&node, &container_id(&container_status(&pod, "count"))).await;
+            assert!(pid > 0 && common::alive(pid));
+            assert!(
+                cri.image.unwrap().image.contains("busybox"),
+                "the restored container shows its base image"
+            );
+            let mut counts: Vec<u64> = Vec::new();
+            for _ in 0..200 {
+                let log = std::fs::read_to_string(&cri.log_path).unwrap_or_default();
+                counts = log.lines().filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
+                if counts.last().is_some_and(|n| *n > at_checkpoint + 3) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let resumed = counts.iter().skip_while(|n| **n <= at_checkpoint).copied().next();
+            assert!(
+                resumed.is_some_and(|n| n <= at_checkpoint + 10) && counts.first() == Some(&1),
+                "the restored pod's counter does not go on from {at_checkpoint}: {counts:?}"
+            );
+            let pod = node.pod(&restored).await.unwrap();
+            assert_eq!(container_status(&pod, "count")["restartCount"], 0, "{pod:#}");
         }
         Err(why) => {
             assert_eq!(code, "500", "{body}");

@@ -224,9 +224,41 @@ step_integration() {
 # CRIU works on this kernel (6.1), not on the host's (newer than Debian's CRIU): the checkpoint
 # tests that need it run here (on the host they check the FailedPrecondition and skip).
 step_checkpoint() {
-	step "CheckpointContainer with CRIU $(criu --version 2>/dev/null | sed -n 's/^Version: //p') (tests/checkpoint.rs)"
+	step "CheckpointContainer with CRIU $(criu --version 2>/dev/null | sed -n 's/^Version: //p') (tests/checkpoint.rs; crictl on scute.service)"
 	criu check >/dev/null 2>&1 || fail "criu check fails in the guest: $(criu check 2>&1 | tail -n 3)"
 	"$(test_binary checkpoint)" --test-threads 1 --nocapture
+	wait_no_scute_units
+
+	# As an operator would, on scute.service (systemd driver): crictl checkpoint, the archive
+	# read by checkpointctl, then restored with crictl into a new pod.
+	ensure_scute
+	local pod ctr archive=/var/tmp/vm-checkpoint.tar dir
+	read -r pod ctr < <(run_pod vm-ckpt)
+	crictl checkpoint --export="$archive" "$ctr" >/dev/null || fail "crictl checkpoint $ctr"
+	[[ $(crictl inspect -o go-template --template '{{.status.state}}' "$ctr") == CONTAINER_RUNNING ]] ||
+		fail "$ctr is not running after crictl checkpoint"
+	if command -v checkpointctl >/dev/null; then
+		checkpointctl show "$archive" | grep -q scute || fail "checkpointctl show: $(checkpointctl show "$archive" 2>&1)"
+	fi
+	dir=$(mktemp -d)
+	printf '{"metadata": {"name": "vm-ckpt-restored", "namespace": "vm", "uid": "vm-ckpt-restored-uid"}, "log_directory": "%s", "linux": {}}\n' \
+		"$dir" >"$dir/pod.json"
+	printf '{"metadata": {"name": "main"}, "image": {"image": "%s"}, "log_path": "main.log", "linux": {}}\n' \
+		"$archive" >"$dir/ctr.json"
+	local pod2 ctr2
+	pod2=$(crictl runp "$dir/pod.json")
+	ctr2=$(crictl create "$pod2" "$dir/ctr.json" "$dir/pod.json") || fail "crictl create from the archive"
+	crictl start "$ctr2" >/dev/null || fail "crictl start of the restored container"
+	[[ $(crictl inspect -o go-template --template '{{.status.state}}' "$ctr2") == CONTAINER_RUNNING ]] ||
+		fail "the restored container is not running"
+	[[ $(crictl exec "$ctr2" echo alive) == alive ]] || fail "crictl exec into the restored container"
+	local cgroup
+	cgroup=$(sed -n 's/^0:://p' "/proc/$(crictl inspect -o go-template --template '{{.info.pid}}' "$ctr2")/cgroup")
+	[[ $cgroup == "/system.slice/scute-$ctr2.scope" ]] || fail "the restored container is in $cgroup, not its scope"
+	log "crictl checkpoint, checkpointctl show, crictl create/start of the archive: restored in $cgroup"
+	crictl stopp "$pod" "$pod2" >/dev/null
+	crictl rmp "$pod" "$pod2" >/dev/null
+	rm -rf "$dir" "$archive"
 	wait_no_scute_units
 }
 

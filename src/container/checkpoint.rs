@@ -83,7 +83,9 @@ pub struct Contents<'a> {
     pub images_dir: &'a Path,
     /// CRIU's work dir (dump.log, stats-dump); also where rootfs-diff.tar is staged.
     pub work_dir: &'a Path,
-    pub log_path: Option<&'a Path>,
+    /// The container's log, and its length when CRIU froze the container: what came after is
+    /// the still-running container's, not the checkpoint's.
+    pub log: Option<(&'a Path, u64)>,
 }
 
 /// Writes the archive at `location` (replacing a file there); its size in bytes.
@@ -119,8 +121,14 @@ pub fn write_archive(contents: &Contents<'_>, location: &Path) -> io::Result<u64
             tar.append_path_with_name(&path, name)?;
         }
     }
-    if let Some(log) = contents.log_path.filter(|p| p.is_file()) {
-        tar.append_path_with_name(log, CONTAINER_LOG)?;
+    if let Some((log, len)) = contents.log {
+        if let Ok(file) = File::open(log) {
+            let len = len.min(file.metadata()?.len());
+            let mut header = tar::Header::new_gnu();
+            header.set_metadata(&file.metadata()?);
+            header.set_size(len);
+            tar.append_data(&mut header, CONTAINER_LOG, io::Read::take(file, len))?;
+        }
     }
     tar.into_inner()?.flush()?;
     tmp.as_file().sync_all()?;

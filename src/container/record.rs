@@ -81,8 +81,9 @@ pub struct ContainerRecord {
     /// container instead of a "name reserved" error (see `handover`).
     #[serde(default)]
     pub unclaimed: bool,
-    /// Made from this checkpoint archive (CRI's restore): its processes are restored by CRIU at
-    /// StartContainer, so until then it has none (pid 0).
+    /// Made from this checkpoint ("checkpoint archive PATH" or "checkpoint image NAME": CRI's
+    /// restore): its processes are restored by CRIU at StartContainer, so until then it has none
+    /// (pid 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<String>,
 }

@@ -296,6 +296,11 @@ impl Node {
         PathBuf::from(DEVICE_PLUGINS_DIR)
     }
 
+    /// The registry the node's daemon pulls registry.k8s.io names from (its mirror).
+    pub fn registry_addr(&self) -> String {
+        shared_registry().addr.clone()
+    }
+
     /// The kubelet's `--root-dir`.
     pub fn root_dir(&self) -> PathBuf {
         self.dir.path().join("root")

@@ -31,6 +31,8 @@ pub struct ImageOptions {
     pub stop_signal: Option<String>,
     /// `PORT/PROTO` entries.
     pub exposed_ports: Vec<String>,
+    /// The manifest's annotations (a checkpoint image is marked by one).
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The OCI image configuration (image-spec config.md).
@@ -224,6 +226,7 @@ fn write_image(spec: &BuildSpec, layers: Vec<BuiltLayer>, layout: &Path) -> Resu
         media_type: spec.format.manifest().to_string(),
         config: config_desc.clone(),
         layers: layers.iter().map(|l| l.desc.clone()).collect(),
+        annotations: spec.options.annotations.clone(),
     };
     let manifest_desc = layout::write_json_blob(layout, spec.format.manifest(), &manifest)?;
     layout::write_layout_files(layout, &manifest_desc)?;
@@ -258,6 +261,7 @@ mod tests {
             labels: BTreeMap::from([("b".into(), "2".into()), ("a".into(), "1".into())]),
             stop_signal: Some("SIGQUIT".into()),
             exposed_ports: vec!["80".into(), "53/udp".into()],
+            annotations: BTreeMap::from([("checkpointctl.annotation.checkpoint.name".into(), "c".into())]),
         }
     }
 
@@ -312,6 +316,8 @@ mod tests {
             serde_json::from_slice(&read_blob(&layout, &built.manifest).unwrap()).unwrap();
         assert_eq!(manifest.layers()[0].digest().to_string(), built.layers[0].desc.digest);
         assert_eq!(manifest.config().digest().to_string(), built.config.digest);
+        let annotations = manifest.annotations().clone().unwrap_or_default();
+        assert_eq!(annotations["checkpointctl.annotation.checkpoint.name"], "c");
     }
 
     #[test]

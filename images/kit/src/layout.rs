@@ -6,6 +6,7 @@
 //! (`index`) whose children are all in the same blob dir. That one entry is
 //! what `push` sends under the tag.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,8 @@ pub struct Manifest {
     pub media_type: String,
     pub config: Descriptor,
     pub layers: Vec<Descriptor>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// An image index or Docker manifest list; also the shape of `index.json`.

@@ -109,6 +109,9 @@ struct BuildArgs {
     /// Label KEY=VALUE (repeatable); gives otherwise identical images distinct IDs.
     #[arg(long, value_name = "KEY=VALUE")]
     label: Vec<String>,
+    /// Manifest annotation KEY=VALUE (repeatable), e.g. the one that marks a checkpoint image.
+    #[arg(long, value_name = "KEY=VALUE")]
+    annotation: Vec<String>,
     /// Stop signal, e.g. SIGQUIT.
     #[arg(long)]
     stop_signal: Option<String>,
@@ -188,13 +191,13 @@ fn parse_json_array(flag: &str, value: &str) -> Result<Vec<String>> {
     serde_json::from_str(value).with_context(|| format!("--{flag} {value:?}: want a JSON array of strings"))
 }
 
-fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
+fn parse_pairs(flag: &str, pairs: &[String]) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
-    for label in labels {
+    for label in pairs {
         let (key, value) = label
             .split_once('=')
             .filter(|(key, _)| !key.is_empty())
-            .ok_or_else(|| anyhow!("--label {label:?}: want KEY=VALUE"))?;
+            .ok_or_else(|| anyhow!("--{flag} {label:?}: want KEY=VALUE"))?;
         out.insert(key.to_string(), value.to_string());
     }
     Ok(out)
@@ -211,7 +214,8 @@ fn image_options(args: &BuildArgs) -> Result<image::ImageOptions> {
         env: args.env.clone(),
         user: args.user.clone(),
         workdir: args.workdir.clone(),
-        labels: parse_labels(&args.label)?,
+        labels: parse_pairs("label", &args.label)?,
+        annotations: parse_pairs("annotation", &args.annotation)?,
         stop_signal: args.stop_signal.clone(),
         exposed_ports: args.expose.clone(),
     })

@@ -125,7 +125,7 @@ fn archive_has_the_anchors_layout() {
             lowers: &[],
             images_dir: &images,
             work_dir: &work,
-            log_path: Some(&log),
+            log: Some((&log, 20)),
         },
         &location,
     )
@@ -157,6 +157,8 @@ fn archive_has_the_anchors_layout() {
     assert_eq!(dumped["createdTime"], "2025-11-28T00:00:00.123456789Z");
     assert_eq!(dumped["restoredTime"], ZERO_TIME);
     assert_eq!(serde_json::from_value::<ConfigDump>(dumped).unwrap(), config);
+    // The log as it stood at the dump, not what the container wrote after.
+    assert_eq!(tar[CONTAINER_LOG].1, b"2026-11-28T00:00:00.".to_vec());
     let diff = entries(&tar[ROOTFS_DIFF].1);
     assert_eq!(diff["written"].1, b"x");
     // Nothing staged is left beside the archive or in the work dir.

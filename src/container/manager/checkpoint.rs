@@ -48,6 +48,8 @@ impl ContainerManager {
         let timeout = if timeout.is_zero() { DEFAULT_TIMEOUT } else { timeout };
         let started = std::time::Instant::now();
         let shim = self.shim(&record.sandbox_id).await?;
+        // The log as far as it goes when CRIU freezes the container (it runs on after).
+        let log_len = std::fs::metadata(&record.log_path).map_or(0, |m| m.len());
         let dumped = shim.checkpoint_container(&id, &images_dir, &work_dir, timeout).await;
         if let Err(e) = dumped {
             let _ = remove_dir_if_any(&images_dir);
@@ -62,7 +64,7 @@ impl ContainerManager {
         }
         let dumped_in = started.elapsed();
         let written = self
-            .write_archive(&record, &dir, &images_dir, &work_dir, &location)
+            .write_archive(&record, &dir, &images_dir, &work_dir, &location, log_len)
             .await;
         let _ = remove_dir_if_any(&images_dir);
         let size = written?;
@@ -77,6 +79,7 @@ impl ContainerManager {
         images_dir: &Path,
         work_dir: &Path,
         location: &Path,
+        log_len: u64,
     ) -> Result<u64, ContainerError> {
         let config = ConfigDump {
             id: record.id.clone(),
@@ -113,7 +116,7 @@ impl ContainerManager {
                     lowers: &lowers,
                     images_dir: &images_dir,
                     work_dir: &work_dir,
-                    log_path: log_path.as_deref(),
+                    log: log_path.as_deref().map(|p| (p, log_len)),
                 },
                 &location,
             )

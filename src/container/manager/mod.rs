@@ -286,9 +286,9 @@ impl ContainerManager {
                 "ContainerConfig.image.image is required".into(),
             ));
         }
-        // CRI's restore: the image names a checkpoint archive.
-        let checkpoint = match restore::archive_of(&image_name) {
-            Some(archive) => Some(restore::read_checkpoint(&archive)?),
+        // CRI's restore: the image is a checkpoint (an archive's path, or a checkpoint image).
+        let mut checkpoint = match restore::archive_of(&image_name) {
+            Some(archive) => Some(restore::read_checkpoint(restore::Source::Archive(archive))?),
             None => None,
         };
         let image = match &checkpoint {
@@ -302,6 +302,15 @@ impl ContainerManager {
                 }
                 Err(e) => return Err(e.into()),
             },
+        };
+        let image = match self.checkpoint_in_image(&image_name, &image) {
+            Some(source) => {
+                let found = restore::read_checkpoint(source)?;
+                let base = self.checkpoint_image(&found)?;
+                checkpoint = Some(found);
+                base
+            }
+            None => image,
         };
         if let Some(artifact) = &image.artifact {
             return Err(ContainerError::InvalidArgument(format!(
@@ -354,12 +363,19 @@ impl ContainerManager {
             cgroups_path: crate::cgroups::sibling(&sandbox.cgroups_path, &id),
             user: None,
             unclaimed: false,
-            restored_from: checkpoint.as_ref().map(|c| c.archive.display().to_string()),
+            restored_from: checkpoint.as_ref().map(|c| c.source.to_string()),
         };
         self.store.create(&name, &record)?;
         let effective = self.with_handler_defaults(config.clone(), &sandbox.runtime_handler);
         match self
-            .create_steps(&effective, &sandbox_config, &sandbox, &image, &mut record)
+            .create_steps(
+                &effective,
+                &sandbox_config,
+                &sandbox,
+                &image,
+                checkpoint.as_ref().map(|c| &c.source),
+                &mut record,
+            )
             .await
         {
             Ok(()) => {
@@ -407,6 +423,7 @@ impl ContainerManager {
         sandbox_config: &api::PodSandboxConfig,
         sandbox: &crate::sandbox::record::SandboxRecord,
         image: &crate::image::record::ImageRecord,
+        checkpoint: Option<&restore::Source>,
         record: &mut ContainerRecord,
     ) -> Result<(), ContainerError> {
         let dir = self.dir(&record.id);
@@ -441,16 +458,16 @@ impl ContainerManager {
             record.image_volumes = volumes.iter().map(|(v, _)| v.clone()).collect();
             self.store.put(&*record)?;
         }
-        if let Some(archive) = &record.restored_from {
+        if let Some(source) = checkpoint {
             if userns.is_some() {
                 return Err(ContainerError::FailedPrecondition(
                     "restoring a checkpoint into a pod with a user namespace is not supported".into(),
                 ));
             }
             // Into the writable layer before the overlay is mounted on it.
-            let (archive, images, upper) = (PathBuf::from(archive), dir.join("checkpoint"), dir.join("upper"));
+            let (source, images, upper) = (source.clone(), dir.join("checkpoint"), dir.join("upper"));
             let log = (!record.log_path.is_empty()).then(|| PathBuf::from(&record.log_path));
-            tokio::task::spawn_blocking(move || restore::unpack_checkpoint(&archive, &images, &upper, log.as_deref()))
+            tokio::task::spawn_blocking(move || restore::unpack_checkpoint(&source, &images, &upper, log.as_deref()))
                 .await
                 .map_err(|e| ContainerError::Failed(format!("unpacking the checkpoint: {e}")))??;
         }

@@ -1,12 +1,16 @@
-//! CRI's restore: a CreateContainer whose image names a checkpoint archive (a file, as containerd
-//! and crictl take it) makes a container from the image the checkpoint's container ran, with the
-//! checkpoint's writable layer, whose processes CRIU restores at StartContainer (see the shim's
-//! `containers::restore`). The request's config (the new pod, mounts, name) is used as for any
-//! container; the process is the checkpoint's.
+//! CRI's restore: a CreateContainer whose image is a checkpoint makes a container from the image
+//! the checkpoint's container ran, with the checkpoint's writable layer, whose processes CRIU
+//! restores at StartContainer (see the shim's `containers::restore`). The checkpoint is either
+//! an archive file (its path as the image, as containerd and crictl take it) or a checkpoint
+//! image: an OCI image whose manifest carries `checkpointctl.annotation.checkpoint.name` (or
+//! CRI-O's `io.kubernetes.cri-o.annotations.checkpoint.name`) and whose one layer holds the
+//! archive's files, which is how a pod spec (the kubelet) names one. The request's config (the
+//! new pod, mounts, name) is used as for any container; the process is the checkpoint's.
 //!
-//! The archive is anyone's input: its metadata is read with sizes capped, its writable layer goes
-//! through the hardened layer unpacker (deleted files become whiteouts), and only plain files of
-//! `checkpoint/` are taken as CRIU's images.
+//! A checkpoint is anyone's input: its metadata is read with sizes capped, its writable layer
+//! goes through the hardened layer unpacker (deleted files become whiteouts), only plain files
+//! of `checkpoint/` are taken as CRIU's images, and an entry that is not a clean relative path
+//! refuses the whole checkpoint.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -17,8 +21,60 @@ use super::{ContainerError, ContainerManager};
 use crate::container::checkpoint::{
     ConfigDump, CHECKPOINT_DIR, CONFIG_DUMP, CONTAINER_LOG, DELETED_FILES, ROOTFS_DIFF, STATUS_DUMP,
 };
+use crate::image::pull::Decoder;
 use crate::image::record::ImageRecord;
 use crate::image::ImageError;
+
+/// The manifest annotations that mark a checkpoint image: checkpointctl's (containerd's) and
+/// CRI-O's.
+pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
+    "checkpointctl.annotation.checkpoint.name",
+    "io.kubernetes.cri-o.annotations.checkpoint.name",
+];
+
+/// Where a checkpoint's files are: a tar either way.
+#[derive(Debug, Clone)]
+pub(super) enum Source {
+    /// An archive file, as CheckpointContainer writes it.
+    Archive(PathBuf),
+    /// The one layer of a checkpoint image (its blob, compressed per its media type).
+    Image {
+        name: String,
+        blob: PathBuf,
+        media_type: String,
+    },
+}
+
+impl Source {
+    fn open(&self) -> Result<Box<dyn Read>, ContainerError> {
+        match self {
+            Source::Archive(path) => {
+                let file = File::open(path).map_err(|e| self.invalid(e.to_string()))?;
+                Ok(Box::new(io::BufReader::new(file)))
+            }
+            Source::Image { blob, media_type, .. } => {
+                let decoder = Decoder::for_media_type(media_type).map_err(|e| self.invalid(e.to_string()))?;
+                let file = File::open(blob).map_err(|e| self.invalid(format!("its layer: {e}")))?;
+                decoder
+                    .reader(io::BufReader::new(file))
+                    .map_err(|e| self.invalid(format!("its layer: {e}")))
+            }
+        }
+    }
+
+    fn invalid(&self, why: String) -> ContainerError {
+        ContainerError::InvalidArgument(format!("{self}: {why}"))
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Archive(path) => write!(f, "checkpoint archive {}", path.display()),
+            Source::Image { name, .. } => write!(f, "checkpoint image {name}"),
+        }
+    }
+}
 
 /// Biggest metadata file read from an archive (they are a few KB).
 const MAX_METADATA: u64 = 4 << 20;
@@ -26,7 +82,7 @@ const MAX_METADATA: u64 = 4 << 20;
 /// What CreateContainer needs to know of a checkpoint before making the container.
 #[derive(Debug)]
 pub(super) struct Checkpoint {
-    pub archive: PathBuf,
+    pub source: Source,
     pub config: ConfigDump,
     /// status.dump's `image_ref` and `image_id`: other names of the same image.
     pub image_refs: Vec<String>,
@@ -38,17 +94,11 @@ pub(super) fn archive_of(image_name: &str) -> Option<PathBuf> {
     (path.is_absolute() && path.is_file()).then(|| path.to_path_buf())
 }
 
-/// Reads config.dump and status.dump of the archive at `archive`.
-pub(super) fn read_checkpoint(archive: &Path) -> Result<Checkpoint, ContainerError> {
-    let invalid =
-        |why: String| ContainerError::InvalidArgument(format!("checkpoint archive {}: {why}", archive.display()));
-    let not_one = |e: io::Error| {
-        invalid(format!(
-            "not a container checkpoint (an uncompressed tar with {CONFIG_DUMP}): {e}"
-        ))
-    };
-    let file = File::open(archive).map_err(|e| invalid(e.to_string()))?;
-    let mut tar = tar::Archive::new(io::BufReader::new(file));
+/// Reads config.dump and status.dump of a checkpoint.
+pub(super) fn read_checkpoint(source: Source) -> Result<Checkpoint, ContainerError> {
+    let invalid = |why: String| source.invalid(why);
+    let not_one = |e: io::Error| invalid(format!("not a container checkpoint (a tar with {CONFIG_DUMP}): {e}"));
+    let mut tar = tar::Archive::new(source.open()?);
     let (mut config, mut status) = (None, None);
     for entry in tar.entries().map_err(not_one)? {
         let entry = entry.map_err(not_one)?;
@@ -87,7 +137,7 @@ pub(super) fn read_checkpoint(archive: &Path) -> Result<Checkpoint, ContainerErr
         .map(str::to_string)
         .collect();
     Ok(Checkpoint {
-        archive: archive.to_path_buf(),
+        source,
         config,
         image_refs,
     })
@@ -133,24 +183,44 @@ impl ContainerManager {
             }
         }
         Err(ContainerError::NotFound(format!(
-            "the image of checkpoint {} is not on this node: pull {} first",
-            checkpoint.archive.display(),
+            "the image of {} is not on this node: pull {} first",
+            checkpoint.source,
             names.first().copied().unwrap_or("it")
         )))
     }
+
+    /// The checkpoint an image is, if it is a checkpoint image: one layer, and a manifest (or
+    /// index) annotated as one.
+    pub(super) fn checkpoint_in_image(&self, name: &str, image: &ImageRecord) -> Option<Source> {
+        let [layer] = image.layers.as_slice() else {
+            return None;
+        };
+        let annotated = |digest: &crate::distribution::digest::Digest| {
+            let Ok(bytes) = self.images.content().read(digest) else {
+                return false;
+            };
+            let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            CHECKPOINT_ANNOTATIONS.iter().any(|k| doc["annotations"][k].is_string())
+        };
+        let marked = annotated(&image.manifest_digest) || image.index_digest.as_ref().is_some_and(annotated);
+        marked.then(|| Source::Image {
+            name: name.to_string(),
+            blob: self.images.content().blob_path(&layer.digest),
+            media_type: layer.media_type.clone(),
+        })
+    }
 }
 
-/// Unpacks what a restore needs from `archive`: CRIU's images into `images_dir` (made here), the
+/// Unpacks what a restore needs from a checkpoint: CRIU's images into `images_dir` (made here), the
 /// writable layer into `upper` (empty; deleted files become whiteouts), and the container's log
 /// so far into `log_path` (its lines come before the restored process's).
 pub(super) fn unpack_checkpoint(
-    archive: &Path,
+    source: &Source,
     images_dir: &Path,
     upper: &Path,
     log_path: Option<&Path>,
 ) -> Result<(), ContainerError> {
-    let invalid =
-        |why: String| ContainerError::InvalidArgument(format!("checkpoint archive {}: {why}", archive.display()));
+    let invalid = |why: String| source.invalid(why);
     let io_err = |what: &str| {
         let what = what.to_string();
         move |source: io::Error| ContainerError::Io { what, source }
@@ -160,8 +230,7 @@ pub(super) fn unpack_checkpoint(
         .create(images_dir)
         .map_err(io_err("creating the directory for CRIU's images"))?;
     fs::create_dir_all(upper).map_err(io_err("creating the writable layer"))?;
-    let file = File::open(archive).map_err(|e| invalid(e.to_string()))?;
-    let mut tar = tar::Archive::new(io::BufReader::new(file));
+    let mut tar = tar::Archive::new(source.open()?);
     let (mut images, mut has_diff, mut deleted) = (0, false, Vec::new());
     for entry in tar.entries().map_err(|e| invalid(format!("not a tar archive: {e}")))? {
         let mut entry = entry.map_err(|e| invalid(format!("malformed: {e}")))?;
@@ -218,7 +287,7 @@ pub(super) fn unpack_checkpoint(
         return Err(invalid(format!("no CRIU images under {CHECKPOINT_DIR}/")));
     }
     if !has_diff {
-        tracing::debug!(archive = %archive.display(), "checkpoint without a writable layer diff");
+        tracing::debug!(checkpoint = %source, "checkpoint without a writable layer diff");
     }
     if !deleted.is_empty() {
         // Through the same unpacker: an OCI whiteout per deleted path, made safely in `upper`.
