@@ -472,3 +472,80 @@ async fn restore_requests_are_checked() {
     assert!(!dir.path().join("escape0").exists());
     pod.remove_all().await;
 }
+
+/// Every cgroup directory whose name holds `id`, on any hierarchy.
+fn cgroups_named(id: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                if entry.file_name().to_string_lossy().contains(id) {
+                    found.push(entry.path());
+                }
+                stack.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_restore_criu_refuses_leaves_nothing() {
+    if let Err(why) = scute::criu::probe() {
+        eprintln!("SKIPPED: needs a working CRIU: {why}");
+        return;
+    }
+    let pod = pod_with("ckpt-bad-restore", Some(vec![])).await;
+    let id = pod
+        .run(own_pid_namespace(container(
+            "counter",
+            "i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
+        )))
+        .await;
+    wait_count_above(&pod, "counter", 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("counter.tar");
+    checkpoint(&pod, &id, &archive, 60).await.unwrap();
+    // The same archive with CRIU's inventory replaced by garbage.
+    let mut files: Vec<(String, Vec<u8>)> = tar_files(&std::fs::read(&archive).unwrap()).into_iter().collect();
+    for (name, content) in &mut files {
+        if name == "checkpoint/inventory.img" {
+            *content = b"not an inventory".to_vec();
+        }
+    }
+    let broken = dir.path().join("broken.tar");
+    let named: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (n.as_str(), c.as_slice())).collect();
+    std::fs::write(&broken, tar_of(&named)).unwrap();
+
+    let mut config = own_pid_namespace(container("restored", "exit 3"));
+    config.image.as_mut().unwrap().image = broken.display().to_string();
+    let restored = pod.create(config).await.unwrap();
+    let err = pod
+        .daemon
+        .runtime()
+        .await
+        .start_container(api::StartContainerRequest {
+            container_id: restored.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("CRIU"), "{err:?}");
+    let status = pod.status(&restored).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerExited);
+    assert_eq!(status.reason, "StartError");
+    assert!(
+        cgroups_named(&restored).is_empty(),
+        "cgroups left: {:?}",
+        cgroups_named(&restored)
+    );
+    // The original is untouched.
+    assert_eq!(pod.status(&id).await.state(), api::ContainerState::ContainerRunning);
+    pod.remove_all().await;
+    assert!(
+        cgroups_named(&restored).is_empty(),
+        "cgroups left: {:?}",
+        cgroups_named(&restored)
+    );
+}

@@ -5,8 +5,9 @@
 #
 #   hack/vm/node-tests.sh [STEP...]      steps: facts service critest kubelet integration
 #                                        checkpoint bench package reboot (default: all, in that
-#                                        order), and
-#                                        kubeadm (on demand: SCUTE_VM_STEPS="facts kubeadm")
+#                                        order; "default" names them among others), and
+#                                        kubeadm (on demand: SCUTE_VM_STEPS="facts kubeadm";
+#                                        hack/test.sh: "default kubeadm" when its inputs changed)
 #
 # A step that passed is recorded in /var/lib/scute-vm-tests and not run again: `reboot` reboots
 # the guest, whose job unit then runs this script again to check what came back.
@@ -238,7 +239,10 @@ step_checkpoint() {
 	[[ $(crictl inspect -o go-template --template '{{.status.state}}' "$ctr") == CONTAINER_RUNNING ]] ||
 		fail "$ctr is not running after crictl checkpoint"
 	if command -v checkpointctl >/dev/null; then
-		checkpointctl show "$archive" | grep -q scute || fail "checkpointctl show: $(checkpointctl show "$archive" 2>&1)"
+		checkpointctl show "$archive" | grep scute >/dev/null || fail "checkpointctl show: $(checkpointctl show "$archive" 2>&1)"
+		# Its deeper reading: CRIU's process tree and files (with crit), and the rootfs diff.
+		checkpointctl inspect --ps-tree --files "$archive" >/dev/null ||
+			fail "checkpointctl inspect: $(checkpointctl inspect --ps-tree --files "$archive" 2>&1 | tail -n 5)"
 	fi
 	dir=$(mktemp -d)
 	printf '{"metadata": {"name": "vm-ckpt-restored", "namespace": "vm", "uid": "vm-ckpt-restored-uid"}, "log_directory": "%s", "linux": {}}\n' \
@@ -467,6 +471,12 @@ step_kubeadm() {
 	# kubectl's cache goes to $HOME/.kube: the guest's root, not the shared repo (the job has no HOME).
 	export HOME=/root
 	# What the cluster looked like, before a failure's message.
+	# kube-proxy's view: its log and the Service rules it wrote (nftables-backed iptables).
+	proxy_dump() {
+		crictl logs --tail 20 "$(crictl ps -q --name '^kube-proxy$' | sed -n 1p)" 2>&1 | cut -c1-250 >&2 || true
+		iptables-nft-save -t nat 2>/dev/null | grep -E 'KUBE-(SERVICES|SVC|SEP)' | head -n 20 >&2 || true
+		sysctl net.bridge.bridge-nf-call-iptables net.ipv4.ip_forward >&2 || true
+	}
 	dump() {
 		kubectl get pods -A -o wide >&2 || true
 		kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 25 | cut -c1-250 >&2 || true
@@ -509,19 +519,29 @@ step_kubeadm() {
 		-- /agnhost netexec --http-port=8080 >/dev/null
 	kubectl expose deployment web --port=80 --target-port=8080 >/dev/null
 	kubectl rollout status deployment/web --timeout=300s >/dev/null || { dump; fail "the web Deployment did not roll out"; }
-	local web_pod answer
+	local web_pod answer web_ip cluster_ip dns_ip
 	web_pod=$(kubectl get pods -l app=web -o jsonpath='{.items[0].metadata.name}')
+	web_ip=$(kubectl get pod "$web_pod" -o jsonpath='{.status.podIP}')
+	cluster_ip=$(kubectl get service web -o jsonpath='{.spec.clusterIP}')
+	dns_ip=$(kubectl -n kube-system get service kube-dns -o jsonpath='{.spec.clusterIP}')
+	# Each hop on its own first, so a failure says which one: the pod network, kube-proxy's rules,
+	# CoreDNS (from the node), then all of them from a pod.
+	curl -sf -m 10 "http://$web_ip:8080/hostname" >/dev/null || { dump; fail "the web pod does not answer at $web_ip:8080 from the node"; }
+	curl -sf -m 10 "http://$cluster_ip/hostname" >/dev/null ||
+		{ dump; proxy_dump; fail "the Service's ClusterIP $cluster_ip does not answer from the node (kube-proxy's rules)"; }
+	busybox nslookup web.default.svc.cluster.local "$dns_ip" >/dev/null 2>&1 ||
+		{ dump; proxy_dump; fail "CoreDNS ($dns_ip) does not resolve web.default.svc.cluster.local from the node: $(busybox nslookup web.default.svc.cluster.local "$dns_ip" 2>&1 | tail -n 3)"; }
 	# Not `kubectl run -i`: its attach gave up on the emulated API server ("couldn't fetch
 	# pre-attach logs: context deadline exceeded") after the client had run.
 	kubectl run client --image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1 --restart=Never \
-		-- wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname >/dev/null
+		-- sh -c 'cat /etc/resolv.conf; wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname' >/dev/null
 	kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=300s >/dev/null ||
-		{ dump; fail "a pod could not reach the Service by name: $(kubectl logs client 2>&1 | tail -n 3)"; }
-	answer=$(kubectl logs client)
+		{ dump; proxy_dump; fail "a pod could not reach the Service by name: $(crictl logs "$(crictl ps -a -q --name '^client$' | sed -n 1p)" 2>&1 | tail -n 5)"; }
+	answer=$(kubectl logs client | tail -n 1)
 	kubectl delete pod client --wait=false >/dev/null
 	[[ $answer == "$web_pod" ]] || { dump; fail "http://web.default.svc.cluster.local/hostname answered '$answer', not $web_pod"; }
 	[[ $(kubectl exec "$web_pod" -- cat /etc/hostname) == "$web_pod" ]] || { dump; fail "kubectl exec through the API server"; }
-	kubectl logs "$web_pod" | grep -q 'GET /hostname' || { dump; fail "kubectl logs does not show the request: $(kubectl logs "$web_pod" | tail -n 5)"; }
+	kubectl logs "$web_pod" | grep 'GET /hostname' >/dev/null || { dump; fail "kubectl logs does not show the request: $(kubectl logs "$web_pod" | tail -n 5)"; }
 	log "Service web reached by DNS name from a pod; kubectl exec and logs through the API server: $((SECONDS - started)) s"
 
 	# kubeadm reset removes every pod through scute's CRI.
@@ -542,8 +562,16 @@ step_kubeadm() {
 	install_scute
 }
 
-steps=("$@")
-((${#steps[@]})) || steps=(facts service critest kubelet integration checkpoint bench package reboot)
+# No step named, or "default" among them: the default steps (there, in their order).
+default_steps=(facts service critest kubelet integration checkpoint bench package reboot)
+steps=()
+for s in "${@:-default}"; do
+	if [[ $s == default ]]; then
+		steps+=("${default_steps[@]}")
+	else
+		steps+=("$s")
+	fi
+done
 for s in "${steps[@]}"; do
 	if [[ -e $state/$s.done ]]; then
 		continue

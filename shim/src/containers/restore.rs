@@ -30,7 +30,7 @@ use rust_criu::{criu_ns_to_key, CgMode, Criu};
 
 use super::{output_pipe, Containers, CreateOptions, Entry, Status};
 use crate::api_error::{chain, ApiError};
-use crate::helper::in_helper_group;
+use crate::helper::{in_helper, in_helper_group};
 use crate::logs::{self, ContainerLog, LogFile, LogStream};
 use crate::oom;
 use crate::stdio::{self, Input};
@@ -142,6 +142,15 @@ impl Containers {
                 Ok(())
             }
             Err(e) => {
+                // The helper made the container's cgroup before CRIU failed: nothing is in it now
+                // (CRIU ends what it restored when it fails), so it goes.
+                let (bundle, systemd) = (pending.bundle.clone(), self.systemd);
+                let removed = in_helper(&format!("removing the cgroup of {id}"), &[self.log_fd], || {
+                    remove_cgroup(id, &bundle, systemd)
+                });
+                if let Err(e) = removed {
+                    tracing::warn!(id, error = %e.message, "removing the cgroup of a failed restore");
+                }
                 // Still a restore that can be tried again, or deleted.
                 if let Some(entry) = self.table.get_mut(id) {
                     entry.restore = Some(pending);
@@ -354,6 +363,22 @@ fn restore_in_helper(
         .save()
         .map_err(|e| internal("saving libcontainer's state", &e))?;
     Ok(pid)
+}
+
+/// Removes the container's cgroup (its systemd scope, with that driver), as libcontainer's delete
+/// would.
+fn remove_cgroup(id: &str, bundle: &Path, systemd: bool) -> Result<(), ApiError> {
+    let internal = |what: &str, e: &dyn std::error::Error| ApiError::internal(format!("{what}: {}", chain(e)));
+    let spec = Spec::load(bundle.join("config.json")).map_err(|e| internal("reading the spec", &e))?;
+    let config = YoukiConfig::from_spec(&spec, id).map_err(|e| internal("the spec's cgroup", &e))?;
+    create_cgroup_manager(CgroupConfig {
+        cgroup_path: config.cgroup_path,
+        systemd_cgroup: systemd,
+        container_name: id.to_owned(),
+    })
+    .map_err(|e| internal("the container's cgroup", &e))?
+    .remove()
+    .map_err(|e| internal("removing the container's cgroup", &e))
 }
 
 fn clear_cloexec(fd: RawFd) -> Result<(), ApiError> {
