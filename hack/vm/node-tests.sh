@@ -515,8 +515,16 @@ step_kubeadm() {
 	# A workload on the control-plane node: a Deployment behind a Service, reached by its DNS
 	# name (CoreDNS) through its ClusterIP (kube-proxy) from another pod.
 	kubectl taint nodes --all node-role.kubernetes.io/control-plane- >/dev/null
-	kubectl create deployment web --image=registry.k8s.io/e2e-test-images/agnhost:2.63.0 --port=8080 \
-		-- /agnhost netexec --http-port=8080 >/dev/null
+	# With a readiness probe: under TCG agnhost takes tens of seconds to listen after it starts,
+	# and without one the Deployment counts it available (and the Service sends to it) at once.
+	kubectl apply -f - >/dev/null <<-EOF
+		{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"}},
+		 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+		  "template": {"metadata": {"labels": {"app": "web"}},
+		   "spec": {"containers": [{"name": "agnhost", "image": "registry.k8s.io/e2e-test-images/agnhost:2.63.0",
+		    "args": ["netexec", "--http-port=8080"], "ports": [{"containerPort": 8080}],
+		    "readinessProbe": {"httpGet": {"path": "/hostname", "port": 8080}, "periodSeconds": 2, "timeoutSeconds": 5}}]}}}}
+	EOF
 	kubectl expose deployment web --port=80 --target-port=8080 >/dev/null
 	kubectl rollout status deployment/web --timeout=300s >/dev/null || { dump; fail "the web Deployment did not roll out"; }
 	local web_pod answer web_ip cluster_ip dns_ip

@@ -20,7 +20,9 @@ pub fn enter_own_scope(sandbox_id: &str) -> Result<String, String> {
         PathBuf::from(format!("system.slice:scute-shim:{short}")),
         format!("scute-shim {short}"),
         true,
-        Duration::from_secs(5),
+        // As runc waits for its scope's start job: a busy systemd (a loaded or emulated node,
+        // just after scute.service started) took longer than libcgroups' 5 s.
+        Duration::from_secs(30),
     )
     .map_err(|e| format!("connecting to systemd for the shim's scope: {e}"))?;
     manager
