@@ -14,13 +14,15 @@
 #
 # Which suite runs where, and why:
 # - the host (cgroup v1 hybrid, no systemd, the cgroupfs driver, kernel 6.18): every unit and
-#   integration test, the kubelet suite, critest whole, the cluster stage;
+#   integration test, the kubelet suite, critest whole, the cluster stage (Debian's CRIU fails
+#   `criu check` on 6.18: the checkpoint tests check that answer here and dump nothing);
 # - the VM node (pure cgroup v2, systemd PID 1, the systemd driver, kernel 6.1, run under TCG at
 #   about a tenth of host speed): what depends on those: scute.service with its scopes, critest
 #   without the specs that touch no cgroup or init system (image service, streaming, host
 #   namespaces, seccomp, idempotence; hack/vm/node-tests.sh lists them),
-#   the kubelet suite's cgroup, stats, restart and image-volume tests, the CDI suite, the
-#   cgroup update tests with each driver, the .deb, a reboot.
+#   the kubelet suite's cgroup, stats, restart, image-volume and checkpoint-endpoint tests, the
+#   CDI suite, the cgroup update tests with each driver, checkpoint and restore with CRIU
+#   (tests/checkpoint.rs, crictl, checkpointctl), the .deb, a reboot.
 #
 # Tests run under cargo nextest (.config/nextest.toml): every test a process of its own, the
 # suites side by side, one kubelet at a time; one registry filled with the test images serves
@@ -115,11 +117,12 @@ finish() {
 }
 trap finish EXIT
 
-step "field tools: crictl, critest, kubelet, the control plane, e2e.test (../shared/tools)"
+step "field tools: crictl, critest, kubelet, the control plane, e2e.test, checkpointctl (../shared/tools)"
 shared_tools=$repo_root/../shared/tools
 if [[ -x $shared_tools/install.sh ]]; then
 	tools_dir=$("$shared_tools/install.sh" /var/cache/scute-test-tools crictl critest kubelet \
-		kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns agnhost sample-apiserver e2e.test)
+		kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns agnhost sample-apiserver e2e.test \
+		checkpointctl)
 	export SCUTE_TEST_TOOLS=$tools_dir PATH=$tools_dir:$PATH
 	echo "test.sh: $(kubelet --version), $(crictl --version), critest from $tools_dir" >&2
 else
