@@ -542,9 +542,11 @@ step_kubeadm() {
 	# Not `kubectl run -i`: its attach gave up on the emulated API server ("couldn't fetch
 	# pre-attach logs: context deadline exceeded") after the client had run.
 	kubectl run client --image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1 --restart=Never \
-		-- sh -c 'cat /etc/resolv.conf; wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname' >/dev/null
+		-- sh -c "cat /etc/resolv.conf; nslookup web.default.svc.cluster.local; echo '-- by ClusterIP:'; \
+			wget -q -O - -T 10 http://$cluster_ip/hostname; echo; echo '-- by name:'; \
+			wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname" >/dev/null
 	kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=300s >/dev/null ||
-		{ dump; proxy_dump; fail "a pod could not reach the Service by name: $(crictl logs "$(crictl ps -a -q --name '^client$' | sed -n 1p)" 2>&1 | tail -n 5)"; }
+		{ dump; proxy_dump; fail "a pod could not reach the Service by name: $(crictl logs "$(crictl ps -a -q --name '^client$' | sed -n 1p)" 2>&1 | tail -n 20)"; }
 	answer=$(kubectl logs client | tail -n 1)
 	kubectl delete pod client --wait=false >/dev/null
 	[[ $answer == "$web_pod" ]] || { dump; fail "http://web.default.svc.cluster.local/hostname answered '$answer', not $web_pod"; }
