@@ -595,8 +595,8 @@ impl ShimClient {
             tty: opts.tty,
             max_log_line_bytes: opts.max_log_line_bytes.unwrap_or(0),
             stdin_once: opts.stdin_once,
-            restore_images_dir: path_of(opts.restore.as_ref().map(|r| &r.0))?,
-            restore_work_dir: path_of(opts.restore.as_ref().map(|r| &r.1))?,
+            restore_images_dir: path_of(opts.restore.as_ref().map(|r| r.0.as_path()))?,
+            restore_work_dir: path_of(opts.restore.as_ref().map(|r| r.1.as_path()))?,
         });
         match self.call(req, SLOW_TIMEOUT).await? {
             response::Kind::CreateContainer(r) => Ok(r.pid),
@@ -675,16 +675,11 @@ impl ShimClient {
         work_dir: &Path,
         timeout: Duration,
     ) -> Result<(), ShimError> {
-        let path = |p: &Path| {
-            p.to_str()
-                .map(str::to_string)
-                .ok_or_else(|| ShimError::Protocol(format!("checkpoint directory {p:?} is not UTF-8")))
-        };
         let secs = timeout.as_secs().clamp(1, u32::MAX.into()) as u32;
         let req = request::Kind::CheckpointContainer(pb::CheckpointContainerRequest {
             container_id: id.to_string(),
-            image_dir: path(image_dir)?,
-            work_dir: path(work_dir)?,
+            image_dir: path_of(Some(image_dir))?,
+            work_dir: path_of(Some(work_dir))?,
             timeout_seconds: secs,
         });
         // The shim kills CRIU at the limit; its answer may take a little longer.
@@ -1017,7 +1012,7 @@ fn remote(e: pb::Error) -> ShimError {
 }
 
 /// A path for the protocol (empty for none).
-fn path_of(path: Option<&PathBuf>) -> Result<String, ShimError> {
+fn path_of(path: Option<&Path>) -> Result<String, ShimError> {
     match path {
         None => Ok(String::new()),
         Some(p) => p

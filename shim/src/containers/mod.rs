@@ -116,6 +116,23 @@ pub struct CreateOptions {
     pub restore: Option<RestoreFrom>,
 }
 
+impl CreateOptions {
+    /// The container's log file, opened (None without a log path).
+    fn open_log_file(&self) -> Result<Option<LogFile>, ApiError> {
+        if self.log_path.is_empty() {
+            return Ok(None);
+        }
+        let max_line = match self.max_log_line_bytes as usize {
+            0 => logs::DEFAULT_MAX_LINE,
+            n => n.clamp(logs::MIN_MAX_LINE, logs::MAX_MAX_LINE),
+        };
+        let path = PathBuf::from(&self.log_path);
+        LogFile::open(path.clone(), max_line)
+            .map(Some)
+            .map_err(|e| ApiError::internal(format!("opening the log file {path:?}: {e}")))
+    }
+}
+
 /// A descriptor the event loop polls for this module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -275,18 +292,7 @@ impl Containers {
         }
 
         // Output: pipes (or the terminal) whose read ends this shim keeps, or /dev/null.
-        let file = if opts.log_path.is_empty() {
-            None
-        } else {
-            let max_line = match opts.max_log_line_bytes as usize {
-                0 => logs::DEFAULT_MAX_LINE,
-                n => n.clamp(logs::MIN_MAX_LINE, logs::MAX_MAX_LINE),
-            };
-            Some(
-                LogFile::open(log_path.to_path_buf(), max_line)
-                    .map_err(|e| ApiError::internal(format!("opening the log file {log_path:?}: {e}")))?,
-            )
-        };
+        let file = opts.open_log_file()?;
         let mut streams = Vec::new();
         let mut child_out = [None, None];
         let mut child_in = None;

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use libcgroups::common::{create_cgroup_manager, CgroupConfig, CgroupManager, ControllerOpt};
+use libcgroups::common::{create_cgroup_manager, AnyCgroupManager, CgroupConfig, CgroupManager, ControllerOpt};
 use libcontainer::config::YoukiConfig;
 use libcontainer::container::{Container, ContainerStatus};
 use libcontainer::oci_spec::runtime::{LinuxNamespaceType, LinuxResources, Spec};
@@ -31,7 +31,7 @@ use rust_criu::{criu_ns_to_key, CgMode, Criu};
 use super::{output_pipe, Containers, CreateOptions, Entry, Status};
 use crate::api_error::{chain, ApiError};
 use crate::helper::{in_helper, in_helper_group};
-use crate::logs::{self, ContainerLog, LogFile, LogStream};
+use crate::logs::{ContainerLog, LogFile, LogStream};
 use crate::oom;
 use crate::stdio::{self, Input};
 use scute_sys::clock::now_nanos;
@@ -82,19 +82,7 @@ impl Containers {
                 from.images_dir
             )));
         }
-        let file = if opts.log_path.is_empty() {
-            None
-        } else {
-            let max_line = match opts.max_log_line_bytes as usize {
-                0 => logs::DEFAULT_MAX_LINE,
-                n => n.clamp(logs::MIN_MAX_LINE, logs::MAX_MAX_LINE),
-            };
-            let path = PathBuf::from(&opts.log_path);
-            Some(
-                LogFile::open(path.clone(), max_line)
-                    .map_err(|e| ApiError::internal(format!("opening the log file {path:?}: {e}")))?,
-            )
-        };
+        let file = opts.open_log_file()?;
         tracing::info!(id, ?bundle, images = ?from.images_dir, "container to restore created");
         self.table.insert(
             id.to_owned(),
@@ -243,14 +231,7 @@ fn restore_in_helper(
     systemd: bool,
 ) -> Result<i32, ApiError> {
     let internal = |what: &str, e: &dyn std::error::Error| ApiError::internal(format!("{what}: {}", chain(e)));
-    let spec = Spec::load(bundle.join("config.json")).map_err(|e| internal("reading the spec", &e))?;
-    let config = YoukiConfig::from_spec(&spec, id).map_err(|e| internal("the spec's cgroup", &e))?;
-    let manager = create_cgroup_manager(CgroupConfig {
-        cgroup_path: config.cgroup_path.clone(),
-        systemd_cgroup: systemd,
-        container_name: id.to_owned(),
-    })
-    .map_err(|e| internal("the container's cgroup", &e))?;
+    let (spec, config, manager) = spec_and_cgroup(id, bundle, systemd)?;
     manager
         .add_task(nix::unistd::Pid::this())
         .map_err(|e| internal("joining the container's cgroup", &e))?;
@@ -365,20 +346,27 @@ fn restore_in_helper(
     Ok(pid)
 }
 
-/// Removes the container's cgroup (its systemd scope, with that driver), as libcontainer's delete
-/// would.
-fn remove_cgroup(id: &str, bundle: &Path, systemd: bool) -> Result<(), ApiError> {
+/// The bundle's spec, libcontainer's config of it, and the container's cgroup manager.
+fn spec_and_cgroup(id: &str, bundle: &Path, systemd: bool) -> Result<(Spec, YoukiConfig, AnyCgroupManager), ApiError> {
     let internal = |what: &str, e: &dyn std::error::Error| ApiError::internal(format!("{what}: {}", chain(e)));
     let spec = Spec::load(bundle.join("config.json")).map_err(|e| internal("reading the spec", &e))?;
     let config = YoukiConfig::from_spec(&spec, id).map_err(|e| internal("the spec's cgroup", &e))?;
-    create_cgroup_manager(CgroupConfig {
-        cgroup_path: config.cgroup_path,
+    let manager = create_cgroup_manager(CgroupConfig {
+        cgroup_path: config.cgroup_path.clone(),
         systemd_cgroup: systemd,
         container_name: id.to_owned(),
     })
-    .map_err(|e| internal("the container's cgroup", &e))?
-    .remove()
-    .map_err(|e| internal("removing the container's cgroup", &e))
+    .map_err(|e| internal("the container's cgroup", &e))?;
+    Ok((spec, config, manager))
+}
+
+/// Removes the container's cgroup (its systemd scope, with that driver), as libcontainer's delete
+/// would.
+fn remove_cgroup(id: &str, bundle: &Path, systemd: bool) -> Result<(), ApiError> {
+    let (_, _, manager) = spec_and_cgroup(id, bundle, systemd)?;
+    manager
+        .remove()
+        .map_err(|e| ApiError::internal(format!("removing the container's cgroup: {}", chain(&e))))
 }
 
 fn clear_cloexec(fd: RawFd) -> Result<(), ApiError> {
