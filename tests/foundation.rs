@@ -1,6 +1,6 @@
 //! The foundation as a user sees it: a real daemon on a unix socket answering Version, Status
-//! and RuntimeConfig; honest Unimplemented for what is not built yet; config errors naming the
-//! key; a store that survives restarts; socket modes; graceful shutdown.
+//! and RuntimeConfig; config errors naming the key; a store that survives restarts; socket
+//! modes; graceful shutdown.
 
 mod common;
 
@@ -242,24 +242,6 @@ async fn runtime_config_reports_the_configured_cgroup_driver() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rpcs_not_built_yet_answer_unimplemented_naming_the_rpc() {
-    let daemon = Daemon::start("");
-    // The one RPC left: out of scope for good, and the message says so.
-    let err = daemon
-        .runtime()
-        .await
-        .checkpoint_container(api::CheckpointContainerRequest::default())
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented);
-    assert!(
-        err.message().starts_with("CheckpointContainer is not implemented yet") && err.message().contains("CRIU"),
-        "{}",
-        err.message()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_survives_restart_and_crash() {
     let mut daemon = Daemon::start("");
     let mut client = daemon.runtime().await;
@@ -479,8 +461,9 @@ async fn json_logs_carry_method_and_duration_per_rpc() {
     let version = rpc("Version");
     assert_eq!(version["code"], "OK");
     assert!(version["duration_ms"].as_f64().is_some());
+    // A caller's mistake is logged at INFO with its code, not as the daemon's error.
     let checkpoint = rpc("CheckpointContainer");
-    assert_eq!(checkpoint["code"], "Unimplemented");
+    assert_eq!(checkpoint["code"], "InvalidArgument");
     assert_eq!(checkpoint["level"], "INFO");
 }
 
