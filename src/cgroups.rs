@@ -22,6 +22,8 @@ pub const DEFAULT_CGROUPFS_PARENT: &str = "/scute";
 pub const DEFAULT_SLICE: &str = "system.slice";
 /// The prefix of scute's cgroups: `scute-<id>` dirs, `scute-<id>.scope` units.
 const PREFIX: &str = "scute";
+/// The prefix of shims' cgroups: `scute-shim-<id>` dirs, `scute-shim-<id>.scope` units.
+const SHIM_PREFIX: &str = "scute-shim";
 
 /// The cgroups path of a pod member (pause or a container) with ID `id` under the kubelet's
 /// `cgroup_parent` (empty: the driver's default), in the driver's form. The parent must be the
@@ -61,11 +63,22 @@ pub fn member_path(driver: CgroupDriver, parent: &str, id: &str) -> Result<Strin
 
 /// The cgroups path of container `id`, beside the pod's pause (same parent, same form).
 pub fn sibling(pod_member: &str, id: &str) -> String {
+    beside(pod_member, PREFIX, id)
+}
+
+/// The cgroups path of the shim of sandbox `sandbox_id`, beside the pod's pause: its memory is
+/// the pod's (`scute-shim-<id>`, with 32 hex digits of the ID: a unit name holds at most 255
+/// bytes, and 128 random bits suffice).
+pub fn shim_path(pod_member: &str, sandbox_id: &str) -> String {
+    beside(pod_member, SHIM_PREFIX, &sandbox_id[..sandbox_id.len().min(32)])
+}
+
+fn beside(pod_member: &str, prefix: &str, id: &str) -> String {
     match pod_member.split_once(':') {
-        Some((slice, _)) if !pod_member.starts_with('/') => format!("{slice}:{PREFIX}:{id}"),
+        Some((slice, _)) if !pod_member.starts_with('/') => format!("{slice}:{prefix}:{id}"),
         _ => match pod_member.rsplit_once('/') {
-            Some((parent, _)) => format!("{parent}/{PREFIX}-{id}"),
-            None => format!("{DEFAULT_CGROUPFS_PARENT}/{PREFIX}-{id}"),
+            Some((parent, _)) => format!("{parent}/{prefix}-{id}"),
+            None => format!("{DEFAULT_CGROUPFS_PARENT}/{prefix}-{id}"),
         },
     }
 }
@@ -386,6 +399,25 @@ mod tests {
             "kubepods-pod1.slice:scute:c"
         );
         assert_eq!(sibling("", "c"), "/scute/scute-c");
+    }
+
+    #[test]
+    fn shims_sit_beside_their_pause_under_a_short_name() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let pause = format!("kubepods-besteffort-pod1.slice:scute:{id}");
+        assert_eq!(
+            shim_path(&pause, id),
+            "kubepods-besteffort-pod1.slice:scute-shim:0123456789abcdef0123456789abcdef"
+        );
+        assert_eq!(
+            dir(&shim_path(&pause, id)),
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/\
+             scute-shim-0123456789abcdef0123456789abcdef.scope"
+        );
+        assert_eq!(
+            shim_path(&format!("/kubepods/pod1/scute-{id}"), id),
+            "/kubepods/pod1/scute-shim-0123456789abcdef0123456789abcdef"
+        );
     }
 
     #[test]

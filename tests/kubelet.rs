@@ -445,19 +445,30 @@ async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
         let pod_cgroup = format!("{}/", node.pod_cgroup(class, uid));
         // v1 (hybrid too): the memory and pids hierarchies; pure v2: the one unified line.
         let v1 = cgroups.contains(":memory:");
-        let lines: Vec<&str> = cgroups
-            .lines()
-            .filter(|l| {
-                if v1 {
-                    l.contains(":memory:") || l.contains(":pids:")
-                } else {
-                    l.starts_with("0::")
-                }
-            })
-            .collect();
+        let wanted = |l: &&str| {
+            if v1 {
+                l.contains(":memory:") || l.contains(":pids:")
+            } else {
+                l.starts_with("0::")
+            }
+        };
+        let lines: Vec<&str> = cgroups.lines().filter(wanted).collect();
         assert!(
             !lines.is_empty() && lines.iter().all(|l| l.contains(&pod_cgroup)),
             "{name}: the container is not in {pod_cgroup}:\n{cgroups}"
+        );
+        // The pod's shim (the container's subreaper, so its parent) is charged to the pod too,
+        // in a cgroup of its own beside the containers.
+        let shim = common::parent_pid(pid);
+        let shim_cgroups = std::fs::read_to_string(format!("/proc/{shim}/cgroup")).unwrap();
+        let shim_lines: Vec<&str> = shim_cgroups.lines().filter(wanted).collect();
+        assert!(
+            !shim_lines.is_empty()
+                && shim_lines.iter().all(|l| {
+                    let path = l.splitn(3, ':').nth(2).unwrap_or_default();
+                    path.strip_prefix(&pod_cgroup).is_some_and(|name| name.starts_with("scute-shim-"))
+                }),
+            "{name}: the shim {shim} is not beside the containers in {pod_cgroup}:\n{shim_cgroups}"
         );
         if v1 {
             assert_eq!(cgroup_value(pid, "cpu", "cpu.shares"), shares, "{name}");

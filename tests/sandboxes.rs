@@ -99,6 +99,13 @@ fn mounts_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A process's cgroup in the memory hierarchy (v1; on pure v2 the unified one).
+fn memory_cgroup(pid: i32) -> String {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let line = |prefix: &str| cgroups.lines().find_map(|l| l.split_once(prefix).map(|(_, p)| p.to_string()));
+    line(":memory:").or_else(|| line("0::")).unwrap()
+}
+
 fn alive(pid: i32) -> bool {
     // A zombie is not alive: it has exited.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -128,6 +135,11 @@ async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
     );
     let netns = daemon.state.join("netns").join(&id);
     assert_eq!(ns_inode(format!("/proc/{pid}/ns/net")), ns_inode(&netns));
+    // Its shim (pause's subreaper, so its parent) is in a cgroup beside it, charged to the pod.
+    let shim_cgroup = format!("/scute/scute-shim-{}", &id[..32]);
+    let shim = common::parent_pid(pid);
+    assert_eq!(memory_cgroup(shim), shim_cgroup, "the shim {shim}");
+    assert_eq!(memory_cgroup(pid), format!("/scute/scute-{id}"));
     for ns in ["pid", "uts", "ipc", "net"] {
         assert_ne!(
             ns_inode(format!("/proc/{pid}/ns/{ns}")),
@@ -238,6 +250,8 @@ async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
     assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
     assert!(!Path::new(&format!("/sys/fs/cgroup/memory/scute/scute-{id}")).exists());
     assert!(!Path::new(&format!("/sys/fs/cgroup/pids/scute/scute-{id}")).exists());
+    assert!(!alive(shim));
+    assert!(!Path::new(&format!("/sys/fs/cgroup/memory{shim_cgroup}")).exists());
     stop(&daemon, "0123456789abcdef").await;
     remove(&daemon, "0123456789abcdef").await;
     assert_eq!(status(&daemon, &id).await.unwrap_err().code(), Code::NotFound);

@@ -48,7 +48,7 @@ use tracing::level_filters::LevelFilter;
 use containers::Containers;
 use server::Server;
 
-const USAGE: &str = "usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd]";
+const USAGE: &str = "usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd] [--cgroup <path>]";
 
 /// `--help` (also the package's man page, by help2man).
 const HELP: &str = "scute-shim: the per-pod shim of the scute container runtime.
@@ -58,13 +58,16 @@ daemon on <state-dir>/shim.sock, creates and runs the pod's containers (pause in
 through libcontainer, reaps them as their subreaper, keeps their logs and exit codes, and
 outlives daemon restarts and upgrades.
 
-usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd]
+usage: scute-shim --id <sandbox-id> --state-dir <dir> [--log-level error|warn|info|debug|trace] [--cgroup-driver cgroupfs|systemd] [--cgroup <path>]
 
 Options:
   --id <sandbox-id>         the pod sandbox this shim serves
   --state-dir <dir>         its socket, pid file, exit files and container state
   --log-level <level>       error, warn, info (the default), debug or trace
   --cgroup-driver <driver>  cgroupfs (the default) or systemd
+  --cgroup <path>           the shim's own cgroup, in the driver's form (the daemon puts it
+                            beside the pod's containers); without it, the shim stays where it
+                            was started (cgroupfs) or takes a scope in system.slice (systemd)
   -h, --help                this text
   -V, --version             the version";
 
@@ -76,6 +79,8 @@ struct Args {
     /// systemd: containers get transient scopes (libcontainer's systemd manager) and the shim a
     /// scope of its own.
     systemd: bool,
+    /// The cgroups path (the driver's form) the shim moves itself into.
+    cgroup: Option<String>,
 }
 
 fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
@@ -83,6 +88,7 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> 
     let mut state_dir = None;
     let mut log_level = LevelFilter::INFO;
     let mut systemd = false;
+    let mut cgroup = None;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let arg = arg.into_string().map_err(|a| format!("argument {a:?} is not UTF-8"))?;
@@ -117,6 +123,15 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> 
                     other => return Err(format!("unknown cgroup driver {other:?} (cgroupfs or systemd)")),
                 }
             }
+            "--cgroup" => {
+                let v = value("--cgroup")?
+                    .into_string()
+                    .map_err(|_| "--cgroup is not UTF-8".to_string())?;
+                if v.is_empty() || v.contains('\0') || v.split('/').any(|c| c == "..") {
+                    return Err(format!("invalid cgroup path {v:?}"));
+                }
+                cgroup = Some(v);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -133,6 +148,7 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> 
         state_dir,
         log_level,
         systemd,
+        cgroup,
     })
 }
 
@@ -248,9 +264,9 @@ fn setup(args: &Args) -> Result<Server, String> {
         .with_target(false)
         .init();
 
-    if args.systemd {
-        let scope = scope::enter_own_scope(&args.id)?;
-        tracing::info!(%scope, "in a scope of its own");
+    if let Some(cgroup) = scope::own_cgroup(&args.id, args.systemd, args.cgroup.as_deref()) {
+        let entered = scope::enter(&cgroup, args.systemd)?;
+        tracing::info!(cgroup = %entered, "in a cgroup of its own");
     }
     // Orphaned descendants (a container's init once libcontainer's helper exits) become ours.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
@@ -333,5 +349,9 @@ mod tests {
         assert!(parse(&["--id", "a", "--state-dir", "/x", "--log-level", "loud"]).is_err());
         assert!(parse(&["--id", "a", "--state-dir", "/x", "--bogus"]).is_err());
         assert!(parse(&["--id"]).unwrap_err().contains("needs a value"));
+        let a = parse(&["--id", "a", "--state-dir", "/x", "--cgroup", "/kubepods/pod1/scute-shim-a"]).unwrap();
+        assert_eq!(a.cgroup.as_deref(), Some("/kubepods/pod1/scute-shim-a"));
+        assert!(parse(&["--id", "a", "--state-dir", "/x", "--cgroup", "/kubepods/../x"]).is_err());
+        assert!(parse(&["--id", "a", "--state-dir", "/x", "--cgroup="]).is_err());
     }
 }

@@ -77,9 +77,12 @@ pub struct SpawnOptions {
     pub shim_binary: PathBuf,
     /// The daemon's log level; anything but error/warn/info/debug/trace/off is passed as info.
     pub log_level: String,
-    /// How the shim makes its containers' cgroups; with systemd's, it also moves itself into a
-    /// scope of its own, so that restarting scute's unit leaves it alone.
+    /// How the shim makes its containers' cgroups and its own.
     pub cgroup_driver: crate::config::CgroupDriver,
+    /// The shim's own cgroup (the driver's form), beside the pod's containers
+    /// ([`crate::cgroups::shim_path`]): it moves there first, so its memory is the pod's and
+    /// restarting scute's unit leaves it alone.
+    pub cgroup: String,
 }
 
 /// A container's lifecycle as the shim reports it: the protocol's own enum, so the shim and
@@ -448,6 +451,8 @@ impl ShimClient {
             .arg(log_level)
             .arg("--cgroup-driver")
             .arg(opts.cgroup_driver.to_string())
+            .arg("--cgroup")
+            .arg(&opts.cgroup)
             .env_clear()
             .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
             .stdin(Stdio::null())

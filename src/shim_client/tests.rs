@@ -278,6 +278,7 @@ async fn spawn_reports_why_the_shim_did_not_start() {
         shim_binary: script,
         log_level: "scute=debug".into(),
         cgroup_driver: crate::config::CgroupDriver::Cgroupfs,
+        cgroup: "/scute/scute-shim-sb".into(),
     };
     match ShimClient::spawn(&opts).await {
         Err(ShimError::Start(m)) => assert_eq!(m, "cannot do it"),

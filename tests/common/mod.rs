@@ -373,6 +373,16 @@ pub fn shims_of(dir: &Path) -> Vec<(i32, String)> {
     found
 }
 
+/// The parent of a process (a container's or pause's is its shim, their subreaper).
+pub fn parent_pid(pid: i32) -> i32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no PPid in /proc/{pid}/status"))
+}
+
 /// Running (not a zombie).
 pub fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -626,10 +626,7 @@ impl SandboxManager {
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
         if remove {
             // Gone with pause already when the shim deleted it; not when the shim had died.
-            crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
-            if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
-                crate::cgroups::remove_dirs(DEFAULT_CGROUPFS_PARENT);
-            }
+            remove_pod_cgroups(record);
             crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
             remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
             remove_dir_if_exists(&self.shim_dir(id)).map_err(failed("removing the shim directory"))?;
@@ -698,15 +695,23 @@ impl SandboxManager {
         if let Err(e) = crate::snapshot::unmount_view(&dir.join("rootfs")) {
             warn("unmounting the sandbox rootfs", &e);
         }
-        crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
-        if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
-            crate::cgroups::remove_dirs(DEFAULT_CGROUPFS_PARENT);
-        }
+        remove_pod_cgroups(record);
         for dir in [dir, self.shim_dir(id)] {
             if let Err(e) = remove_dir_if_exists(&dir) {
                 warn("removing a directory", &e);
             }
         }
+    }
+}
+
+/// Removes what is left of the pod's cgroups once pause and the shim are gone: pause's, the
+/// shim's (cgroupfs: nobody else removes it; systemd's scope went with the shim) and the shared
+/// default parent if it is empty now.
+fn remove_pod_cgroups(record: &SandboxRecord) {
+    crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
+    crate::cgroups::remove_dirs(&crate::cgroups::dir(&crate::cgroups::shim_path(&record.cgroups_path, &record.id)));
+    if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
+        crate::cgroups::remove_dirs(DEFAULT_CGROUPFS_PARENT);
     }
 }
 

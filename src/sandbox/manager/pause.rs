@@ -117,6 +117,7 @@ impl SandboxManager {
             shim_binary: self.shim_binary.clone(),
             log_level: "info".into(),
             cgroup_driver: self.config.runtime.cgroup_driver,
+            cgroup: crate::cgroups::shim_path(&record.cgroups_path, &id),
         })
         .await
         .map_err(shim_failed("starting the shim"))?;
