@@ -47,6 +47,15 @@ impl ImageRef {
         }
         let (name, tag, digest) = grammar::split(input).map_err(|reason| err(reason.into()))?;
         let (registry, repository) = grammar::split_domain(name);
+        // A first component the grammar took for a host but docker's normalisation does not (a
+        // bracketed IPv6 address without a ':' in it, `[6]/ca`) lands in the path, where it is
+        // no path component: distribution's ParseNormalizedNamed refuses such a name too.
+        if let Some(bad) = repository.split('/').find(|c| !grammar::is_path_component(c)) {
+            return Err(err(format!(
+                "{bad:?} is not a repository path component (lowercase letters and digits, \
+                 joined by '.', '_', '__' or dashes)"
+            )));
+        }
         if repository.len() > grammar::NAME_TOTAL_LENGTH_MAX {
             return Err(err(format!(
                 "repository name longer than {} bytes",
@@ -228,7 +237,7 @@ mod grammar {
         host.split('.').all(label) && port_ok(port)
     }
 
-    fn is_path_component(c: &str) -> bool {
+    pub(super) fn is_path_component(c: &str) -> bool {
         let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
         let b = c.as_bytes();
         if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
@@ -343,6 +352,9 @@ mod tests {
             "[]/a",
             "[::1]x/a",
             "[::g]/a",
+            // Found by the `reference` fuzz target: a host to the grammar, a path to docker's
+            // normalisation, so it printed as docker.io/[6]/ca, which did not parse.
+            "[6]/ca",
         ] {
             assert!(ImageRef::parse(bad).is_err(), "{bad:?} accepted");
         }
