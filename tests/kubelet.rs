@@ -466,7 +466,8 @@ async fn requests_and_limits_reach_the_cgroups_and_oom_kills_show() {
             !shim_lines.is_empty()
                 && shim_lines.iter().all(|l| {
                     let path = l.splitn(3, ':').nth(2).unwrap_or_default();
-                    path.strip_prefix(&pod_cgroup).is_some_and(|name| name.starts_with("scute-shim-"))
+                    path.strip_prefix(&pod_cgroup)
+                        .is_some_and(|name| name.starts_with("scute-shim-"))
                 }),
             "{name}: the shim {shim} is not beside the containers in {pod_cgroup}:\n{shim_cgroups}"
         );

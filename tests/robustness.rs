@@ -751,7 +751,10 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
         .into_iter()
         .filter(|dir| {
             let name = dir.file_name().unwrap().to_string_lossy();
-            !listed.iter().any(|id| name == format!("scute-{id}"))
+            // A listed pod's pause and its shim (beside it, named by 32 hex digits of the ID).
+            !listed
+                .iter()
+                .any(|id| name == format!("scute-{id}") || name == format!("scute-shim-{}", &id[..32]))
         })
         .collect();
     assert_eq!(stray_cgroups, Vec::<PathBuf>::new(), "stray cgroups");

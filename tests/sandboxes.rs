@@ -102,7 +102,11 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 /// A process's cgroup in the memory hierarchy (v1; on pure v2 the unified one).
 fn memory_cgroup(pid: i32) -> String {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let line = |prefix: &str| cgroups.lines().find_map(|l| l.split_once(prefix).map(|(_, p)| p.to_string()));
+    let line = |prefix: &str| {
+        cgroups
+            .lines()
+            .find_map(|l| l.split_once(prefix).map(|(_, p)| p.to_string()))
+    };
     line(":memory:").or_else(|| line("0::")).unwrap()
 }
 

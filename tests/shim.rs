@@ -187,7 +187,7 @@ async fn pause_sandbox_lifecycle() {
     let tmp = tempfile::Builder::new().prefix("scute-shim-it-").tempdir().unwrap();
     let state_dir = tmp.path().join("state");
     let tag = format!("scute-shim-it-{}", std::process::id());
-    let cgroups: Vec<String> = ["pause", "p2", "p3", "bad"]
+    let cgroups: Vec<String> = ["pause", "p2", "p3", "bad", "shim"]
         .iter()
         .map(|n| format!("{tag}-{n}"))
         .collect();
@@ -202,10 +202,14 @@ async fn pause_sandbox_lifecycle() {
         shim_binary: shim_binary(),
         log_level: "debug".into(),
         cgroup_driver: CgroupDriver::Cgroupfs,
+        cgroup: format!("/{}", cgroups[4]),
     };
     let shim = ShimClient::spawn(&opts).await.expect("spawn shim");
     let shim_pid = shim.shim_pid().unwrap();
     assert_eq!(shim.sandbox_id(), "sb-test");
+    // It moved into the cgroup it was given before it answered.
+    let shim_cgroup = std::fs::read_to_string(format!("/proc/{shim_pid}/cgroup")).unwrap();
+    assert!(shim_cgroup.contains(&format!(":/{}\n", cgroups[4])), "{shim_cgroup}");
 
     // Detached: not our child, its own session; socket 0600; pid file.
     let (_, ppid, session) = proc_stat(shim_pid).unwrap();
@@ -353,7 +357,9 @@ async fn pause_sandbox_lifecycle() {
     shim.shutdown().await.expect("second shutdown");
     assert!(matches!(ShimClient::connect(&state_dir).await, Err(ShimError::Gone(_))));
 
-    // Nothing left: cgroups, mounts, files other than the log.
+    // Nothing left: cgroups, mounts, files other than the log. The shim's own cgroup is the
+    // daemon's to remove with the pod, as here: it can, since the shim left it empty.
+    scute::cgroups::remove_dirs(&format!("/{}", cgroups[4]));
     for cg in &cgroups {
         assert!(cgroup_dirs(cg).is_empty(), "cgroup {cg} is left");
     }
@@ -547,7 +553,8 @@ impl Pod {
         let tmp = tempfile::Builder::new().prefix("scute-shim-it-").tempdir().unwrap();
         let state_dir = tmp.path().join("state");
         let tag = format!("scute-shim-it-{}-{name}", std::process::id());
-        let cgroups: Vec<String> = containers.iter().map(|n| format!("{tag}-{n}")).collect();
+        let mut cgroups: Vec<String> = containers.iter().map(|n| format!("{tag}-{n}")).collect();
+        cgroups.push(format!("{tag}-shim"));
         let leftovers = Leftovers {
             state_dir: state_dir.clone(),
             cgroups: cgroups.clone(),
@@ -558,6 +565,7 @@ impl Pod {
             shim_binary: shim_binary(),
             log_level: "debug".into(),
             cgroup_driver: CgroupDriver::Cgroupfs,
+            cgroup: format!("/{tag}-shim"),
         })
         .await
         .expect("spawn shim");
@@ -604,6 +612,8 @@ impl Pod {
             eprintln!("{}", std::fs::read_to_string(self.state_dir.join("shim.log")).unwrap());
         }
         assert!(proc_stat(shim_pid).is_none_or(|(s, _, _)| s == 'Z'), "shim still runs");
+        // The shim's own cgroup is the daemon's to remove with the pod, as here.
+        scute::cgroups::remove_dirs(&format!("/{}", self.cgroup("shim")));
         for cg in &self.cgroups {
             assert!(cgroup_dirs(cg).is_empty(), "cgroup {cg} is left");
         }

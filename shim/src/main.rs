@@ -349,7 +349,15 @@ mod tests {
         assert!(parse(&["--id", "a", "--state-dir", "/x", "--log-level", "loud"]).is_err());
         assert!(parse(&["--id", "a", "--state-dir", "/x", "--bogus"]).is_err());
         assert!(parse(&["--id"]).unwrap_err().contains("needs a value"));
-        let a = parse(&["--id", "a", "--state-dir", "/x", "--cgroup", "/kubepods/pod1/scute-shim-a"]).unwrap();
+        let a = parse(&[
+            "--id",
+            "a",
+            "--state-dir",
+            "/x",
+            "--cgroup",
+            "/kubepods/pod1/scute-shim-a",
+        ])
+        .unwrap();
         assert_eq!(a.cgroup.as_deref(), Some("/kubepods/pod1/scute-shim-a"));
         assert!(parse(&["--id", "a", "--state-dir", "/x", "--cgroup", "/kubepods/../x"]).is_err());
         assert!(parse(&["--id", "a", "--state-dir", "/x", "--cgroup="]).is_err());

@@ -28,6 +28,16 @@ pub fn own_cgroup(id: &str, systemd: bool, given: Option<&str>) -> Option<String
 
 /// Moves this process into `cgroup` (the driver's form); returns what it entered.
 pub fn enter(cgroup: &str, systemd: bool) -> Result<String, String> {
+    // What libcgroups makes on the way (the pod's cgroup in a hierarchy the kubelet left alone)
+    // gets runc's 0755, not the daemon's private umask: a user-namespaced pod's root must walk
+    // that path to its containers' cgroups.
+    let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    let entered = enter_with(cgroup, systemd);
+    nix::sys::stat::umask(umask);
+    entered
+}
+
+fn enter_with(cgroup: &str, systemd: bool) -> Result<String, String> {
     // systemd shows it as the unit's description.
     let name = format!("scute-shim {}", cgroup.rsplit([':', '/']).next().unwrap_or_default());
     if systemd {

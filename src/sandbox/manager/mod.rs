@@ -680,6 +680,11 @@ impl SandboxManager {
         // What teardown could not do, step by step; each step is a no-op when already done.
         kill_stray_shims(&self.shim_dir(id));
         self.shims.lock().await.remove(id);
+        // A killed shim leaves its cgroup (removed below) only once it has exited.
+        let shim_cgroup = crate::cgroups::shim_path(&record.cgroups_path, id);
+        if !crate::cgroups::until_empty(&shim_cgroup, SHIM_EXIT_WAIT).await {
+            warn("waiting for the shim to exit", &"it is still in its cgroup");
+        }
         if let Some(netns) = &record.netns {
             if let Err(e) = self.cni_detach(&record.config(), id, netns).await {
                 warn("CNI DEL", &e);
@@ -709,7 +714,10 @@ impl SandboxManager {
 /// default parent if it is empty now.
 fn remove_pod_cgroups(record: &SandboxRecord) {
     crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
-    crate::cgroups::remove_dirs(&crate::cgroups::dir(&crate::cgroups::shim_path(&record.cgroups_path, &record.id)));
+    crate::cgroups::remove_dirs(&crate::cgroups::dir(&crate::cgroups::shim_path(
+        &record.cgroups_path,
+        &record.id,
+    )));
     if record.cgroups_path.starts_with(&format!("{DEFAULT_CGROUPFS_PARENT}/")) {
         crate::cgroups::remove_dirs(DEFAULT_CGROUPFS_PARENT);
     }
@@ -741,6 +749,9 @@ pub enum ShimHealth {
 pub fn shim_dir(state: &Path, id: &str) -> PathBuf {
     state.join("shims").join(&id[..id.len().min(32)])
 }
+
+/// How long an interrupted creation's cleanup waits for a killed shim to leave its cgroup.
+const SHIM_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// SIGKILLs every scute-shim serving `shim_dir` (its `--state-dir`): after a crash, a shim the
 /// daemon was starting may not answer on its socket yet. Such a shim has created no container.
