@@ -142,7 +142,9 @@ step_service() {
 	[[ $(crictl exec "$ctr" cat /proc/self/cgroup) == "0::/" ]] || fail "the container does not see / as its cgroup"
 	shim_pid=$(pgrep -f "scute-shim --id $pod" | head -n 1)
 	shim_cgroup=$(sed -n 's/^0:://p' "/proc/$shim_pid/cgroup")
-	[[ $shim_cgroup == "/system.slice/scute-shim-${pod:0:32}.scope" ]] || fail "the shim is in $shim_cgroup, not a scope of its own"
+	# Beside the pod's containers (a pod without a cgroup parent is in system.slice), in a scope
+	# of its own, so that restarting scute.service leaves it alone.
+	[[ $shim_cgroup == "/system.slice/scute-shim-${pod:0:32}.scope" ]] || fail "the shim is in $shim_cgroup, not a scope of its own beside the pod's containers"
 	log "container in $cgroup (memory.max 64 MiB, cpu.max 20000 100000, cgroupns /), shim in $shim_cgroup"
 
 	log "systemctl restart scute under a running pod"
