@@ -119,7 +119,12 @@ run_pod() {
 		 "linux": {"resources": {"memory_limit_in_bytes": 67108864, "cpu_quota": 20000, "cpu_period": 100000}}}
 	EOF
 	local ctr pod
-	ctr=$(crictl run --with-pull "$dir/ctr.json" "$dir/pod.json")
+	ctr=$(crictl run --with-pull "$dir/ctr.json" "$dir/pod.json") || {
+		# What scute and the pod's shim were doing (a create that outlasted crictl's 60 s).
+		journalctl -u scute --no-pager -n 60 -o short-precise 2>&1 | cut -c1-300 >&2
+		tail -n 30 /run/scute/shims/*/shim.log 2>&1 | cut -c1-300 >&2
+		fail "crictl run of pod $1"
+	}
 	pod=$(crictl ps -o json --id "$ctr" | python3 -c 'import json,sys; print(json.load(sys.stdin)["containers"][0]["podSandboxId"])')
 	rm -f "$dir"/*.json # (the logs stay until the throwaway guest goes)
 	echo "$pod $ctr"
