@@ -85,7 +85,10 @@ install_scute() {
 	install -m 0755 target/debug/scute target/debug/scute-shim /usr/local/bin/
 	install -m 0644 contrib/systemd/scute.service /etc/systemd/system/scute.service
 	mkdir -p /etc/scute
-	printf 'runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n' "$endpoint" "$endpoint" >/etc/crictl.yaml
+	# crictl waits as long as the kubelet's runtimeRequestTimeout (2 min) for each RPC. Under TCG
+	# the first sandbox after tests/checkpoint.rs once took 28 s and once outlasted 60 s, with
+	# the host idle: what stalls there is not known yet (run_pod prints the journal when it fails).
+	printf 'runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 120\n' "$endpoint" "$endpoint" >/etc/crictl.yaml
 	hack/mirrors.sh "$registry" /etc/scute/certs.d 2>/dev/null
 	cat >/etc/scute/config.toml <<-EOF
 		[runtime]
