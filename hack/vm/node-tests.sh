@@ -549,12 +549,14 @@ step_kubeadm() {
 		{ dump; proxy_dump; fail "the Service's ClusterIP $cluster_ip does not answer from the node (kube-proxy's rules)"; }
 	busybox nslookup web.default.svc.cluster.local "$dns_ip" >/dev/null 2>&1 ||
 		{ dump; proxy_dump; fail "CoreDNS ($dns_ip) does not resolve web.default.svc.cluster.local from the node: $(busybox nslookup web.default.svc.cluster.local "$dns_ip" 2>&1 | tail -n 3)"; }
-	# Not `kubectl run -i`: its attach gave up on the emulated API server ("couldn't fetch
-	# pre-attach logs: context deadline exceeded") after the client had run.
+	# `timeout 10 wget`, not `wget -T 10`: Debian 12's busybox (1.35.0-4+deb12u1, which the
+	# stand-in image carries) segfaults on -T, on any host. Not `kubectl run -i`: its attach gave
+	# up on the emulated API server ("couldn't fetch pre-attach logs: context deadline exceeded")
+	# after the client had run.
 	kubectl run client --image=registry.k8s.io/e2e-test-images/busybox:1.36.1-1 --restart=Never \
 		-- sh -c "cat /etc/resolv.conf; nslookup web.default.svc.cluster.local; echo '-- by ClusterIP:'; \
-			wget -q -O - -T 10 http://$cluster_ip/hostname; echo; echo '-- by name:'; \
-			wget -q -O - -T 10 http://web.default.svc.cluster.local/hostname" >/dev/null
+			timeout 10 wget -q -O - http://$cluster_ip/hostname; echo; echo '-- by name:'; \
+			timeout 10 wget -q -O - http://web.default.svc.cluster.local/hostname" >/dev/null
 	kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=300s >/dev/null ||
 		{ dump; proxy_dump; fail "a pod could not reach the Service by name: $(crictl logs "$(crictl ps -a -q --name '^client$' | sed -n 1p)" 2>&1 | tail -n 20)"; }
 	answer=$(kubectl logs client | tail -n 1)
