@@ -265,8 +265,8 @@ fn setup(args: &Args) -> Result<Server, String> {
         .init();
 
     if let Some(cgroup) = scope::own_cgroup(&args.id, args.systemd, args.cgroup.as_deref()) {
-        let entered = scope::enter(&cgroup, args.systemd)?;
-        tracing::info!(cgroup = %entered, "in a cgroup of its own");
+        scope::enter(&cgroup, args.systemd)?;
+        tracing::info!(%cgroup, "in a cgroup of its own");
     }
     // Orphaned descendants (a container's init once libcontainer's helper exits) become ours.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {

@@ -26,8 +26,8 @@ pub fn own_cgroup(id: &str, systemd: bool, given: Option<&str>) -> Option<String
     }
 }
 
-/// Moves this process into `cgroup` (the driver's form); returns what it entered.
-pub fn enter(cgroup: &str, systemd: bool) -> Result<String, String> {
+/// Moves this process into `cgroup` (the driver's form).
+pub fn enter(cgroup: &str, systemd: bool) -> Result<(), String> {
     // What libcgroups makes on the way (the pod's cgroup in a hierarchy the kubelet left alone)
     // gets runc's 0755, not the daemon's private umask: a user-namespaced pod's root must walk
     // that path to its containers' cgroups.
@@ -37,7 +37,7 @@ pub fn enter(cgroup: &str, systemd: bool) -> Result<String, String> {
     entered
 }
 
-fn enter_with(cgroup: &str, systemd: bool) -> Result<String, String> {
+fn enter_with(cgroup: &str, systemd: bool) -> Result<(), String> {
     // systemd shows it as the unit's description.
     let name = format!("scute-shim {}", cgroup.rsplit([':', '/']).next().unwrap_or_default());
     if systemd {
@@ -65,5 +65,5 @@ fn enter_with(cgroup: &str, systemd: bool) -> Result<String, String> {
             .add_task(Pid::this())
             .map_err(|e| format!("moving the shim into its cgroup {cgroup}: {e}"))?;
     }
-    Ok(cgroup.to_string())
+    Ok(())
 }

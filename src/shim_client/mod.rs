@@ -29,14 +29,10 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
 use prost::Message;
-use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::Mutex;
 
@@ -47,6 +43,13 @@ pub mod pb {
 }
 
 use pb::{request, response};
+
+mod sessions;
+mod spawn;
+
+pub(crate) use sessions::parse_session_frame;
+pub use sessions::{ExitSubscription, SessionInput, SessionOutput, SessionOutputs, ShimSession};
+use spawn::ProcId;
 
 pub const SOCKET_FILE: &str = "shim.sock";
 pub const PID_FILE: &str = "shim.pid";
@@ -179,141 +182,6 @@ pub struct AttachOptions {
     pub stderr: bool,
 }
 
-/// What a session yields.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionOutput {
-    Stdout(Bytes),
-    Stderr(Bytes),
-    /// The last item: the process (exec) or container (attach) exited, after all its output.
-    /// The exit status, or 128 + signal.
-    Exit(i32),
-}
-
-/// A streaming session with the shim (one connection of its own). Dropping both halves closes
-/// it: an exec'd process is SIGKILLed, an attach detaches (with stdin_once that closes the
-/// container's stdin).
-pub struct ShimSession {
-    /// The exec'd process in the host pid namespace; 0 for an attach.
-    pub pid: u32,
-    /// On a terminal: output comes as `Stdout` only, `resize` applies.
-    pub tty: bool,
-    pub input: SessionInput,
-    pub output: SessionOutputs,
-}
-
-/// The sending half of a session. Writes wait while the shim takes no more input (the process
-/// does not read its stdin): that is the backpressure reaching the client. Dropping it (while
-/// keeping `SessionOutputs`) shuts the connection's writing side: the shim takes that as
-/// `close_stdin`, and output keeps coming.
-pub struct SessionInput {
-    stream: OwnedWriteHalf,
-}
-
-impl SessionInput {
-    /// Sends `data` to the process's stdin (dropped by the shim if the session has no stdin or it
-    /// was closed).
-    pub async fn stdin(&mut self, data: &[u8]) -> Result<(), ShimError> {
-        for chunk in data.chunks(STDIN_FRAME) {
-            self.send(pb::session_input::Kind::Stdin(chunk.to_vec())).await?;
-        }
-        Ok(())
-    }
-
-    /// No more stdin from this session: an exec's stdin is closed (a terminal gets ^D); for an
-    /// attach this ends its input (with stdin_once the container's stdin is closed). Output
-    /// keeps coming.
-    pub async fn close_stdin(&mut self) -> Result<(), ShimError> {
-        self.send(pb::session_input::Kind::CloseStdin(pb::CloseStdin {})).await
-    }
-
-    /// The client's terminal size changed (columns, rows); ignored without a terminal.
-    pub async fn resize(&mut self, width: u32, height: u32) -> Result<(), ShimError> {
-        self.send(pb::session_input::Kind::Resize(pb::Resize { width, height }))
-            .await
-    }
-
-    async fn send(&mut self, kind: pb::session_input::Kind) -> Result<(), ShimError> {
-        let frame = encode(&pb::SessionInput { kind: Some(kind) });
-        self.stream.write_all(&frame).await.map_err(io_error)
-    }
-}
-
-/// The receiving half of a session.
-pub struct SessionOutputs {
-    stream: OwnedReadHalf,
-    buf: BytesMut,
-    done: bool,
-}
-
-impl SessionOutputs {
-    /// The next output; None when the shim closed the connection (after Exit, or if it died).
-    /// `Err(Gone)` when the connection ended in the middle of a frame: the shim dropped an attach
-    /// session that fell more than 1 MiB behind the container's output (or it died). Nothing
-    /// follows an Exit or an error. Cancel safe: a call dropped before it returns loses nothing
-    /// (it can be used in `select!`).
-    pub async fn next(&mut self) -> Option<Result<SessionOutput, ShimError>> {
-        loop {
-            if self.done {
-                return None;
-            }
-            match parse_session_frame(&mut self.buf) {
-                Ok(Some(out)) => {
-                    self.done = matches!(out, SessionOutput::Exit(_));
-                    return Some(Ok(out));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-            match self.stream.read_buf(&mut self.buf).await {
-                Ok(0) => {
-                    self.done = true;
-                    if self.buf.is_empty() {
-                        return None;
-                    }
-                    return Some(Err(ShimError::Gone(
-                        "the shim closed the session in the middle of a frame".into(),
-                    )));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(io_error(e)));
-                }
-            }
-        }
-    }
-}
-
-/// Takes one SessionOutput frame off the front of `buf`, if a whole one is there.
-pub(crate) fn parse_session_frame(buf: &mut BytesMut) -> Result<Option<SessionOutput>, ShimError> {
-    if buf.len() < 4 {
-        return Ok(None);
-    }
-    let len = u32::from_be_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
-    if len > MAX_SESSION_FRAME {
-        return Err(ShimError::Protocol(format!(
-            "session frame of {len} bytes exceeds {MAX_SESSION_FRAME}"
-        )));
-    }
-    if buf.len() < 4 + len {
-        // Room for the rest, so that one read can complete it.
-        buf.reserve(4 + len - buf.len());
-        return Ok(None);
-    }
-    buf.advance(4);
-    let payload = buf.split_to(len);
-    let msg = pb::SessionOutput::decode(payload.freeze()).map_err(|e| ShimError::Protocol(e.to_string()))?;
-    match msg.kind {
-        Some(pb::session_output::Kind::Stdout(b)) => Ok(Some(SessionOutput::Stdout(Bytes::from(b)))),
-        Some(pb::session_output::Kind::Stderr(b)) => Ok(Some(SessionOutput::Stderr(Bytes::from(b)))),
-        Some(pb::session_output::Kind::Exit(e)) => Ok(Some(SessionOutput::Exit(e.exit_code))),
-        None => Err(ShimError::Protocol("session output of an unknown kind".into())),
-    }
-}
-
 /// How an exec ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecResult {
@@ -351,79 +219,6 @@ pub enum ShimError {
     Io(#[from] io::Error),
 }
 
-/// A process, identified by pid and start time so that a reused pid is not mistaken for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ProcId {
-    pid: u32,
-    start_time: u64,
-}
-
-impl ProcId {
-    fn of(pid: u32) -> Option<ProcId> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (state, start_time) = parse_stat(&stat)?;
-        (state != 'Z' && state != 'X').then_some(ProcId { pid, start_time })
-    }
-
-    /// True while the process runs (a zombie has exited).
-    fn alive(&self) -> bool {
-        ProcId::of(self.pid) == Some(*self)
-    }
-
-    /// Sleeps until the process has exited (true) or `timeout` passes (false). On a pidfd, which
-    /// wakes at the exit: the 10 ms polling nap it replaces was most of RemovePodSandbox's 17 ms.
-    /// Polls where the kernel has no pidfds.
-    async fn exited_within(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        // Opened before the liveness check: a pid reused before the open fails the check (its
-        // start time differs), so the pidfd waited on is this process's.
-        let pidfd = self.pidfd();
-        if !self.alive() {
-            return true;
-        }
-        if let Some(exited) = until_readable(pidfd, deadline).await {
-            return exited;
-        }
-        while self.alive() {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        true
-    }
-}
-
-impl ProcId {
-    /// The process's pidfd in the reactor; None where the kernel has none (before 5.3) or the
-    /// process is gone.
-    fn pidfd(&self) -> Option<AsyncFd<std::os::fd::OwnedFd>> {
-        let fd = scute_sys::pidfd::open(i32::try_from(self.pid).ok()?).ok()?;
-        // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open and the same until the
-        // AsyncFd is dropped.
-        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
-    }
-}
-
-/// Sleeps on a pidfd until its process exits (Some(true)) or `deadline` (Some(false)); None
-/// when there is no pidfd to sleep on, or the reactor is going away: the caller polls /proc.
-async fn until_readable(pidfd: Option<AsyncFd<std::os::fd::OwnedFd>>, deadline: tokio::time::Instant) -> Option<bool> {
-    match tokio::time::timeout_at(deadline, pidfd?.readable()).await {
-        Ok(Ok(_)) => Some(true),
-        Err(_) => Some(false),
-        Ok(Err(_)) => None,
-    }
-}
-
-/// State and start time (fields 3 and 22) of /proc/<pid>/stat; comm may contain anything.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let start_time = fields.nth(18)?.parse().ok()?;
-    Some((state, start_time))
-}
-
 pub struct ShimClient {
     state_dir: PathBuf,
     socket: PathBuf,
@@ -434,79 +229,6 @@ pub struct ShimClient {
 }
 
 impl ShimClient {
-    /// Starts a shim for a sandbox and returns once it answers. The state dir is created if
-    /// missing; a shim already serving it is an error.
-    pub async fn spawn(opts: &SpawnOptions) -> Result<ShimClient, ShimError> {
-        tokio::fs::create_dir_all(&opts.state_dir).await?;
-        let log_level = match opts.log_level.to_ascii_lowercase().as_str() {
-            l @ ("error" | "warn" | "info" | "debug" | "trace" | "off") => l.to_string(),
-            _ => "info".to_string(),
-        };
-        let mut cmd = std::process::Command::new(&opts.shim_binary);
-        cmd.arg("--id")
-            .arg(&opts.sandbox_id)
-            .arg("--state-dir")
-            .arg(&opts.state_dir)
-            .arg("--log-level")
-            .arg(log_level)
-            .arg("--cgroup-driver")
-            .arg(opts.cgroup_driver.to_string())
-            .arg("--cgroup")
-            .arg(&opts.cgroup)
-            .env_clear()
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let child = cmd
-            .spawn()
-            .map_err(|e| ShimError::Start(format!("{}: {e}", opts.shim_binary.display())))?;
-        // The process we started forks the real shim and exits once that one listens (0) or
-        // failed (1, reason on stderr). A specific-pid wait on a blocking thread: tokio's child
-        // reaping is not involved.
-        let first_pid = child.id();
-        let waiter = tokio::task::spawn_blocking(move || child.wait_with_output());
-        let output = match tokio::time::timeout(SPAWN_TIMEOUT, waiter).await {
-            Err(_) => {
-                // Still unreaped (the blocking wait is pending), so the pid is still that child.
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(first_pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                if let Some(pid) = read_pid_file(&opts.state_dir).await {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid as i32),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                return Err(ShimError::Start(format!(
-                    "the shim for sandbox {} did not get ready within {SPAWN_TIMEOUT:?}",
-                    opts.sandbox_id
-                )));
-            }
-            Ok(joined) => joined.map_err(io::Error::other)??,
-        };
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let reason = stderr.trim();
-            return Err(ShimError::Start(if reason.is_empty() {
-                format!("{} exited with {}", opts.shim_binary.display(), output.status)
-            } else {
-                reason.to_string()
-            }));
-        }
-        let client = ShimClient::connect(&opts.state_dir).await?;
-        if client.sandbox_id != opts.sandbox_id {
-            return Err(ShimError::Protocol(format!(
-                "the shim in {} serves sandbox {:?}, not {:?}",
-                opts.state_dir.display(),
-                client.sandbox_id,
-                opts.sandbox_id
-            )));
-        }
-        Ok(client)
-    }
-
     /// Connects to the shim serving `state_dir` (after a daemon restart). `Gone` if it is not
     /// running.
     pub async fn connect(state_dir: &Path) -> Result<ShimClient, ShimError> {
@@ -764,74 +486,6 @@ impl ShimClient {
         }
     }
 
-    /// Runs `opts.args` in the running container (CRI Exec) with its stdio a session on a
-    /// connection of its own. `NotFound` for an unknown container; `Remote { FailedPrecondition }`
-    /// for one that is not running. The session ends with `SessionOutput::Exit`.
-    pub async fn exec_stream(&self, id: &str, opts: &ExecStreamOptions) -> Result<ShimSession, ShimError> {
-        let req = request::Kind::ExecStream(pb::ExecStreamRequest {
-            container_id: id.to_string(),
-            args: opts.args.clone(),
-            env: opts.env.clone(),
-            tty: opts.tty,
-            stdin: opts.stdin,
-            width: opts.width,
-            height: opts.height,
-        });
-        let (stream, kind) = self.open_session(req).await?;
-        match kind {
-            response::Kind::ExecStream(r) => Ok(session(stream, r.pid, opts.tty)),
-            other => Err(unexpected("ExecStream", &other)),
-        }
-    }
-
-    /// Attaches to a created or running container's stdio (CRI Attach): output written from now
-    /// on comes to this session (as well as to the log). `NotFound` for an unknown container;
-    /// `Remote { FailedPrecondition }` for a stopped one, or `stdin` asked of a container without
-    /// stdin (or whose stdin was closed, stdin_once). The session ends with
-    /// `SessionOutput::Exit` when the container exits.
-    pub async fn attach(&self, id: &str, opts: &AttachOptions) -> Result<ShimSession, ShimError> {
-        let req = request::Kind::Attach(pb::AttachRequest {
-            container_id: id.to_string(),
-            stdin: opts.stdin,
-            stdout: opts.stdout,
-            stderr: opts.stderr,
-        });
-        let (stream, kind) = self.open_session(req).await?;
-        match kind {
-            response::Kind::Attach(r) => Ok(session(stream, 0, r.tty)),
-            other => Err(unexpected("Attach", &other)),
-        }
-    }
-
-    /// Subscribes to the shim's container exits, on a connection of its own: every exit it reaps
-    /// from now on (none from before: ask `state` for those).
-    pub async fn subscribe_exits(&self) -> Result<ExitSubscription, ShimError> {
-        let req = request::Kind::SubscribeExits(pb::SubscribeExitsRequest {});
-        let (stream, kind) = self.open_session(req).await?;
-        match kind {
-            response::Kind::SubscribeExits(_) => Ok(ExitSubscription { stream }),
-            other => Err(unexpected("SubscribeExits", &other)),
-        }
-    }
-
-    /// Sends `req` on a new connection and reads its answer; the connection is then a session.
-    async fn open_session(&self, req: request::Kind) -> Result<(UnixStream, response::Kind), ShimError> {
-        let request = pb::Request { kind: Some(req) };
-        let mut stream = open(&self.socket).await?;
-        // An exec's setup runs libcontainer in a helper.
-        let response = tokio::time::timeout(SLOW_TIMEOUT, async {
-            stream.write_all(&encode(&request)).await.map_err(io_error)?;
-            read_frame(&mut stream).await
-        })
-        .await
-        .map_err(|_| ShimError::Timeout(SLOW_TIMEOUT))??;
-        match response.kind {
-            Some(response::Kind::Error(e)) => Err(remote(e)),
-            Some(kind) => Ok((stream, kind)),
-            None => Err(ShimError::Protocol("response of an unknown kind".into())),
-        }
-    }
-
     /// Signals the container's init (or with `all` every process of its cgroup). A stopped
     /// container is not an error.
     pub async fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), ShimError> {
@@ -908,41 +562,6 @@ impl ShimClient {
             Some(kind) => Ok(kind),
             None => Err(ShimError::Protocol("response of an unknown kind".into())),
         }
-    }
-}
-
-fn session(stream: UnixStream, pid: u32, tty: bool) -> ShimSession {
-    let (read, write) = stream.into_split();
-    ShimSession {
-        pid,
-        tty,
-        input: SessionInput { stream: write },
-        output: SessionOutputs {
-            stream: read,
-            buf: BytesMut::new(),
-            done: false,
-        },
-    }
-}
-
-/// The container exits a shim reports as it reaps them. Dropping it ends the subscription.
-pub struct ExitSubscription {
-    stream: UnixStream,
-}
-
-impl ExitSubscription {
-    /// The next exit; `Err(Gone)` when the shim closed the connection (it exited, or dropped a
-    /// subscriber that did not read). Not cancel safe.
-    pub async fn next(&mut self) -> Result<pb::ContainerExit, ShimError> {
-        let mut header = [0u8; 4];
-        self.stream.read_exact(&mut header).await.map_err(io_error)?;
-        let len = u32::from_be_bytes(header) as usize;
-        if len > MAX_SESSION_FRAME {
-            return Err(ShimError::Protocol(format!("exit frame of {len} bytes")));
-        }
-        let mut payload = vec![0u8; len];
-        self.stream.read_exact(&mut payload).await.map_err(io_error)?;
-        pb::ContainerExit::decode(payload.as_slice()).map_err(|e| ShimError::Protocol(e.to_string()))
     }
 }
 

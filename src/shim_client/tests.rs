@@ -1,4 +1,6 @@
+use super::spawn::{parse_stat, until_readable};
 use super::*;
+use bytes::{Bytes, BytesMut};
 use tokio::net::UnixListener;
 
 /// A fake shim: answers each request with `answer(request)` on every connection.
