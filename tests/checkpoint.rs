@@ -390,7 +390,11 @@ async fn a_dump_cut_short_leaves_the_container_running() {
     );
     wait_count_above(&pod, "big", last_count(&pod, "big") + 3).await;
     let after = dd_state().await;
-    assert!(after.contains("State:\tS"), "dd after the cut dump: {after}");
+    // Blocked writing to its pipe (S), or caught in the restarted write (R): not stopped.
+    assert!(
+        after.contains("State:\tS") || after.contains("State:\tR"),
+        "dd after the cut dump: {after}"
+    );
     // And nothing of CRIU's is left running.
     let criu = std::process::Command::new("pgrep")
         .args(["-x", "criu"])
