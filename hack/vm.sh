@@ -332,7 +332,7 @@ vm_test() {
 		args+=(--share "$SCUTE_TEST_TOOLS" --env "SCUTE_TEST_TOOLS=$SCUTE_TEST_TOOLS")
 	fi
 	local e
-	for e in SCUTE_VM_KUBELET_TESTS SCUTE_VM_INTEGRATION SCUTE_VM_CRITEST_ARGS; do
+	for e in SCUTE_VM_KUBELET_TESTS SCUTE_VM_INTEGRATION SCUTE_VM_CRITEST_ARGS SCUTE_VM_LOG_LEVEL; do
 		[[ -n ${!e+set} ]] && args+=(--env "$e=${!e}")
 	done
 	# (Not `(run ...) || status=$?`: errexit is off inside a `||` list, even in a subshell.)
