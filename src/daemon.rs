@@ -234,23 +234,35 @@ pub async fn serve(config: Config) -> Result<()> {
     Ok(())
 }
 
-/// In `root` while the daemon runs: still there at start means the last run ended unclean
-/// (killed, crashed, power cut).
+/// In `root` while the daemon runs, holding the boot's ID: still there at start means the last
+/// run ended unclean; with another boot's ID, the machine went down under it (a power cut, a
+/// kernel crash), and what the page cache held then may never have reached the disk.
 const RUNNING_MARKER: &str = "running";
 
 /// After an unclean stop, the cheap form of `scute doctor --repair`: records against what is
 /// on disk, nothing hashed (snapshots whose directories a power cut lost, images using them,
-/// directories and netns pins nothing records). Partial downloads stay, to resume.
+/// directories and netns pins nothing records), and after the machine went down each snapshot's
+/// files against the tally taken at commit. Partial downloads stay, to resume.
 async fn check_after_unclean_stop(config: &Config, store: &Arc<Store>, images: &Arc<ImageManager>) -> Result<()> {
     let marker = config.root.join(RUNNING_MARKER);
-    let unclean = marker.exists();
-    scute_sys::files::write_atomic_mode(&marker, b"", 0o600).context("writing the running marker")?;
-    if !unclean {
-        return Ok(());
-    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let last_boot = match std::fs::read_to_string(&marker) {
+        Ok(id) => Some(id),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).context("reading the running marker"),
+    };
+    scute_sys::files::write_atomic_mode(&marker, boot.as_bytes(), 0o600).context("writing the running marker")?;
+    let Some(last_boot) = last_boot else { return Ok(()) };
+    // (An older scute's marker is empty: taken as the machine having gone down.)
+    let machine_went_down = last_boot.trim().is_empty() || last_boot != boot;
+    let depth = match machine_went_down {
+        true => crate::doctor::Depth::Cheap,
+        false => crate::doctor::Depth::Records,
+    };
+    tracing::info!(machine_went_down, "the last run ended unclean: checking the store");
     let (store, images, root, state) = (store.clone(), images.clone(), config.root.clone(), config.state.clone());
     let findings = tokio::task::spawn_blocking(move || -> Result<Vec<crate::doctor::Finding>> {
-        let mut found = images.doctor(crate::doctor::Depth::Cheap, true)?;
+        let mut found = images.doctor(depth, true)?;
         found.extend(crate::doctor::runtime::examine(
             &store,
             &root,

@@ -759,6 +759,65 @@ async fn deadline_exceeded_leaves_a_resumable_download() {
     );
 }
 
+/// What a power cut during a pull can leave of its partial download: bytes the disk never got
+/// (zeros here). Resumed from, they do not unpack; kept, every retry would fail the same way. The
+/// pull that finds it says so with a code the kubelet retries (Unavailable), drops the partial
+/// download, and the next pull starts over and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_download_a_power_cut_damaged_is_dropped_not_resumed_forever() {
+    let registry = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let rootfs = work.path().join("rootfs");
+    kit(&[
+        "gen-rootfs",
+        "--out",
+        rootfs.to_str().unwrap(),
+        "--files",
+        "4",
+        "--size",
+        "2M",
+    ]);
+    let layout = work.path().join("layout");
+    kit(&[
+        "build",
+        "--rootfs",
+        rootfs.to_str().unwrap(),
+        "--out",
+        layout.to_str().unwrap(),
+        "--compression",
+        "gzip",
+    ]);
+    push_layout(&registry, &layout, "e2e-test-images/cut:1", &[]);
+    let daemon = Daemon::start_with_args("", &["--log-level", "scute=debug"]);
+    daemon.mirror_public_registries_to(&registry.addr);
+    let image = "registry.k8s.io/e2e-test-images/cut:1";
+
+    // The layer's digest, from the layout's manifest.
+    let read_json = |digest: &str| -> serde_json::Value {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        serde_json::from_slice(&std::fs::read(layout.join("blobs/sha256").join(hex)).unwrap()).unwrap()
+    };
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let manifest = read_json(index["manifests"][0]["digest"].as_str().unwrap());
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_string();
+    let ingest = daemon
+        .root
+        .join("content/ingest")
+        .join(layer.strip_prefix("sha256:").unwrap());
+    std::fs::create_dir_all(ingest.parent().unwrap()).unwrap();
+    std::fs::write(&ingest, vec![0u8; 4096]).unwrap();
+
+    let err = pull(&daemon, image).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("partial download of 4096 bytes") && err.message().contains("starts over"),
+        "{}",
+        err.message()
+    );
+    assert!(!ingest.exists(), "the damaged partial download is dropped");
+    pull(&daemon, image).await.unwrap();
+}
+
 /// Writes an OCI layout by hand whose only layer is `tar` (the kit refuses to build hostile ones).
 fn hostile_layout(dir: &Path, tar: &[u8]) -> PathBuf {
     let layout = dir.join("hostile");

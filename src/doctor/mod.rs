@@ -33,8 +33,13 @@ pub enum Depth {
     Full,
     /// Documents (manifests, indexes, configs: up to 4 MiB) hashed, layers only sized.
     Quick,
-    /// Nothing hashed: records against what is on disk (the daemon's start after a crash).
+    /// Nothing hashed: records against what is on disk, and each snapshot's files against the
+    /// tally taken when it was committed (the daemon's start after the machine went down with
+    /// it running: a power cut or a kernel crash).
     Cheap,
+    /// Records against what is on disk only (the daemon's start after it alone was killed: the
+    /// page cache kept every file it wrote).
+    Records,
 }
 
 /// One thing wrong.
@@ -50,6 +55,9 @@ pub enum Kind {
     MissingSnapshot,
     /// A snapshot whose parent has no record.
     BrokenChain,
+    /// A snapshot whose files are not what was unpacked (emptied or cut short: a power cut took
+    /// data the disk never got).
+    DamagedSnapshot,
     /// A snapshot directory with no record and nothing using it.
     OrphanSnapshot,
     /// An image some of whose layers are gone (the kubelet pulls it again once dropped).
@@ -69,12 +77,13 @@ pub enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 13] = [
+    const ALL: [Kind; 14] = [
         Kind::CorruptBlob,
         Kind::OrphanBlob,
         Kind::PartialDownload,
         Kind::MissingSnapshot,
         Kind::BrokenChain,
+        Kind::DamagedSnapshot,
         Kind::OrphanSnapshot,
         Kind::DamagedImage,
         Kind::OrphanDir,
@@ -96,6 +105,7 @@ impl Kind {
             Kind::PartialDownload => "partial-download",
             Kind::MissingSnapshot => "missing-snapshot",
             Kind::BrokenChain => "broken-chain",
+            Kind::DamagedSnapshot => "damaged-snapshot",
             Kind::OrphanSnapshot => "orphan-snapshot",
             Kind::DamagedImage => "damaged-image",
             Kind::OrphanDir => "orphan-dir",

@@ -109,7 +109,14 @@ impl ImageManager {
         progress.committing();
         // One snapshot build at a time (another reference to the same artifact may be pulling).
         let _one_build = self.lock_for_pull(chain_id.as_str(), progress).await;
-        if !self.snapshots.exists(&chain_id) {
+        // A directory already there keeps the tally recorded with it, if any.
+        let tally = if self.snapshots.exists(&chain_id) {
+            self.store
+                .get::<SnapshotRecord>(chain_id.as_str())
+                .ok()
+                .flatten()
+                .and_then(|r| r.tally)
+        } else {
             let io = |e: std::io::Error| match is_disk_full(&e) {
                 true => PullError::NoSpace(format!("artifact snapshot {chain_id}: {e}")),
                 false => PullError::Remote(format!("artifact snapshot {chain_id}: {e}")),
@@ -145,8 +152,8 @@ impl ImageManager {
             .await
             .map_err(|e| PullError::Remote(e.to_string()))?
             .map_err(io)?;
-            self.snapshots.commit(pending, &chain_id).map_err(io)?;
-        }
+            Some(self.snapshots.commit(pending, &chain_id).map_err(io)?)
+        };
         let size: u64 = files.iter().map(|(f, _)| f.size).sum();
         self.store
             .put(&SnapshotRecord {
@@ -154,6 +161,7 @@ impl ImageManager {
                 parent: None,
                 diff_id: chain_id.clone(),
                 size,
+                tally,
             })
             .map_err(|e| PullError::Remote(format!("recording snapshot {chain_id}: {e}")))?;
         if let Some((index, index_digest)) = &resolved.index {

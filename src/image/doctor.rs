@@ -1,6 +1,6 @@
 //! The image store's part of `scute doctor`: blobs read back against their digests, partial
-//! downloads, snapshot records against their directories and parents, and images whose layers
-//! are gone. Repair deletes corrupt and unreferenced blobs, idle partial downloads and
+//! downloads, snapshot records against their directories and parents, snapshots' files against
+//! what was unpacked, and images whose layers are gone or damaged. Repair deletes corrupt and unreferenced blobs, idle partial downloads and
 //! directories nothing records, and drops the records of missing snapshots and of the images
 //! that used them (the kubelet pulls those again); what a pull in flight or a container holds
 //! is never touched.
@@ -43,8 +43,8 @@ impl ImageManager {
                 }
                 findings.push(f);
             }
-            // Kept by the cheap form (the daemon's start): a retry resumes them.
-            let drop_ingests = repair && depth != Depth::Cheap;
+            // Kept by the daemon's start: a retry resumes them.
+            let drop_ingests = repair && !matches!(depth, Depth::Cheap | Depth::Records);
             for path in self.content.list_ingests()? {
                 if let Some(size) = self.content.remove_idle_ingest(&path, drop_ingests)? {
                     let mut f = Finding::new(
@@ -58,7 +58,7 @@ impl ImageManager {
                 }
             }
             let base = findings.len();
-            let snapshots = self.check_snapshots(&images, &held, &in_flight, repair, &mut to_drop)?;
+            let snapshots = self.check_snapshots(&images, &held, &in_flight, depth, repair, &mut to_drop)?;
             findings.extend(snapshots);
             for (at, _) in &mut to_drop {
                 *at += base;
@@ -81,9 +81,9 @@ impl ImageManager {
     }
 
     /// Every blob's bytes against its digest (Full), the documents' and the layers' sizes
-    /// (Quick), or nothing (Cheap).
+    /// (Quick), or nothing (Cheap, Records).
     fn check_blobs(&self, depth: Depth, repair: bool) -> Result<Vec<Finding>, ImageError> {
-        if depth == Depth::Cheap {
+        if matches!(depth, Depth::Cheap | Depth::Records) {
             return Ok(Vec::new());
         }
         // An artifact's layer record names its manifest with the files' total size: not a blob
@@ -123,6 +123,7 @@ impl ImageManager {
         images: &[ImageRecord],
         held: &HashSet<Digest>,
         in_flight: &[Digest],
+        depth: Depth,
         repair: bool,
         to_drop: &mut Vec<(usize, Digest)>,
     ) -> Result<Vec<Finding>, ImageError> {
@@ -137,12 +138,18 @@ impl ImageManager {
             }
             let problem = if !self.snapshots.exists(&record.chain_id) {
                 Some((Kind::MissingSnapshot, "its directory is gone".to_string()))
+            } else if let Some(p) = record.parent.as_ref().filter(|p| !recorded.contains(p)) {
+                Some((Kind::BrokenChain, format!("its parent {p} has no record")))
             } else {
                 record
-                    .parent
-                    .as_ref()
-                    .filter(|p| !recorded.contains(p))
-                    .map(|p| (Kind::BrokenChain, format!("its parent {p} has no record")))
+                    .tally
+                    .filter(|_| depth != Depth::Records)
+                    .and_then(|want| match self.snapshots.tally(&record.chain_id) {
+                        Ok(got) if got == want => None,
+                        Ok(got) => Some(format!("it holds {got}; {want} were unpacked")),
+                        Err(e) => Some(format!("its files cannot be read: {e}")),
+                    })
+                    .map(|detail| (Kind::DamagedSnapshot, detail))
             };
             let Some((kind, detail)) = problem else { continue };
             damaged.insert(record.chain_id.clone());
@@ -183,7 +190,7 @@ impl ImageManager {
                 Kind::DamagedImage,
                 name,
                 0,
-                format!("{} of its layers are gone", broken.len()),
+                format!("{} of its layers are gone or damaged", broken.len()),
             );
             if image.repo_tags.iter().any(|t| t == super::pause::EMBEDDED_PAUSE_IMAGE) {
                 // Pods need it now, and only a start imports it.

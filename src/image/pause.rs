@@ -95,17 +95,24 @@ impl ImageManager {
         self.content.write(&built.layer, &built.layer_digest)?;
         self.content.write(&built.config, &built.config_digest)?;
         self.content.write(&built.manifest, &built.manifest_digest)?;
-        if !self.snapshots.exists(&chain_id) {
+        // A directory already there keeps the tally recorded with it, if any (a directory no
+        // record names is left unchecked rather than blessed).
+        let tally = if self.snapshots.exists(&chain_id) {
+            self.store
+                .get::<SnapshotRecord>(chain_id.as_str())?
+                .and_then(|r| r.tally)
+        } else {
             let pending = self.snapshots.prepare()?;
             super::unpack::unpack_layer(std::io::Cursor::new(&built.layer[..]).pipe_gunzip(), &pending.fs())
                 .map_err(|e| ImageError::Io(format!("unpacking the embedded pause image: {e}")))?;
-            self.snapshots.commit(pending, &chain_id)?;
-        }
+            Some(self.snapshots.commit(pending, &chain_id)?)
+        };
         self.store.put(&SnapshotRecord {
             chain_id: chain_id.clone(),
             parent: None,
             diff_id: built.diff_id.clone(),
             size: PAUSE_BINARY.len() as u64,
+            tally,
         })?;
         let image_ref = crate::distribution::reference::ImageRef::parse(EMBEDDED_PAUSE_IMAGE)?;
         let record = ImageRecord {

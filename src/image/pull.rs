@@ -234,12 +234,13 @@ impl ImageManager {
             self.download_and_unpack(remote, descriptor, layer, decoder, dest, progress)
                 .await?
         };
-        self.snapshots.commit(pending, &layer.chain_id).map_err(io)?;
+        let tally = self.snapshots.commit(pending, &layer.chain_id).map_err(io)?;
         let record = SnapshotRecord {
             chain_id: layer.chain_id.clone(),
             parent,
             diff_id: layer.diff_id.clone(),
             size: unpacked_bytes,
+            tally: Some(tally),
         };
         self.store
             .put(&record)
@@ -494,6 +495,24 @@ fn unpack_download(
             if matches!(e, PullError::NoSpace(_)) {
                 // Kept, it would hold the disk at the reserve until a retry.
                 source.ingest.discard();
+                return Err(e);
+            }
+            let resumed = source.ingest.resumed();
+            if resumed > 0
+                && matches!(
+                    e,
+                    PullError::Malformed(_) | PullError::Integrity(_) | PullError::Hostile { .. }
+                )
+            {
+                // The bytes may be what a power cut left of the partial download (a tail the
+                // disk never got), not the registry's: kept, every retry would resume from them
+                // and fail the same way. Dropped, the next pull starts over and judges the layer.
+                source.ingest.discard();
+                return Err(PullError::Remote(format!(
+                    "{}: resumed from a partial download of {resumed} bytes that does not unpack ({e}); \
+                     it was discarded and the next pull starts over",
+                    source.what
+                )));
             }
             Err(e)
         }

@@ -488,6 +488,9 @@ fn write_file<R: Read>(
     let fd = openat(at.dirfd(), at.name, flags, Mode::from_bits_truncate(0o600)).map_err(|err| io_error(shown, err))?;
     let mut file = File::from(owned(fd));
     let written = copy_data(entry, &mut file, buffer, shown)?;
+    // The data goes to the disk while the rest of the layer unpacks: the snapshot's syncfs at
+    // commit then waits for little.
+    scute_sys::files::start_writeback(&file);
     // After the data: writing would clear setuid bits and `security.capability`.
     apply_meta(file.as_fd(), meta, shown).map_err(|err| io_error(shown, err))?;
     futimens(file.as_raw_fd(), &meta.mtime, &meta.mtime).map_err(|err| io_error(shown, err))?;
