@@ -580,7 +580,13 @@ step_kubeadm() {
 	# kubeadm reset removes every pod through scute's CRI.
 	kubeadm reset -f --cri-socket unix:///run/scute/scute.sock >"$state/kubeadm-reset.log" 2>&1 ||
 		{ tail -n 20 "$state/kubeadm-reset.log" >&2 && fail "kubeadm reset failed"; }
-	[[ -z $(crictl pods -q) ]] || fail "pods left after kubeadm reset: $(crictl pods)"
+	if [[ -n $(crictl pods -q) ]]; then
+		# (kubeadm reset only warns when its StopPodSandbox/RemovePodSandbox calls fail.)
+		grep -iE 'fail|error|warn' "$state/kubeadm-reset.log" | tail -n 20 >&2 || true
+		journalctl -u scute --no-pager -o short-precise --since "-10min" 2>&1 |
+			grep -E 'PodSandbox|WARN|ERROR' | cut -c1-300 | tail -n 40 >&2
+		fail "pods left after kubeadm reset: $(crictl pods)"
+	fi
 	wait_no_scute_units
 	log "kubeadm reset: no pod or scope left; the step took $((SECONDS - started)) s"
 	# The pass, recorded in the repo (shared read-write): hack/test.sh runs this step again when

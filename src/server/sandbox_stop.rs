@@ -18,10 +18,11 @@ impl Cri {
             return Ok(StopPodSandboxResponse {});
         };
         let _closed = self.sandboxes.close_to_containers(&id).await;
-        // Every container first, each with the default grace period, then pause and the network.
-        self.containers
-            .stop_all_in(&id, std::time::Duration::from_secs(10))
-            .await?;
+        // Every container first, forcibly (the CRI's words; containerd kills them at once too):
+        // the kubelet has stopped each with its grace period already, and a caller without one
+        // (kubeadm reset, crictl stopp) must not wait out a grace per container, which under
+        // load outlasted kubeadm reset's retries. Then pause and the network.
+        self.containers.stop_all_in(&id, std::time::Duration::ZERO).await?;
         // A shim left with nothing but pause ends with the stop; one that holds a container
         // never started stays for RemovePodSandbox (as containerd's does for its task).
         let end_shim = !self.containers.shim_holds_any_in(&id)?;

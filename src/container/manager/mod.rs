@@ -721,7 +721,7 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Stops every container of a pod (StopPodSandbox), each with the same grace period.
+    /// Stops every container of a pod (StopPodSandbox), each with the same grace period (0: killed).
     pub async fn stop_all_in(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ContainerError> {
         for record in self.in_sandbox(sandbox_id)? {
             self.stop(&record.id, timeout).await?;
