@@ -141,8 +141,12 @@ fn kill_shim_and_pause(pod: &Pod) {
         .find(|(_, _, cmdline)| cmdline.split(|b| *b == 0).any(|a| a == wanted))
         .map(|(pid, _, _)| *pid)
         .expect("the pod's shim runs");
+    // (A child listed above may have exited since: gone is as good as killed.)
     let kill =
-        |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        |pid: i32| match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => panic!("killing {pid}: {e}"),
+        };
     for (pid, _, _) in processes.iter().filter(|(_, ppid, _)| *ppid == shim) {
         kill(*pid);
     }
