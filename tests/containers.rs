@@ -206,6 +206,37 @@ async fn exit_codes_reasons_and_grace() {
     pod.remove_all().await;
 }
 
+/// StopPodSandbox kills the pod's containers at once, with no grace period (the CRI says the
+/// kubelet has stopped them gracefully before; containerd kills too): a container that would
+/// exit 0 on SIGTERM ends by SIGKILL instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_pod_sandbox_kills_without_grace() {
+    let pod = pod("stopp").await;
+    let id = pod
+        .run(container(
+            "polite",
+            "trap 'exit 0' TERM; echo ready; while true; do sleep 0.1; done",
+        ))
+        .await;
+    pod.wait_log("polite", "stdout F ready").await;
+    pod.daemon
+        .runtime()
+        .await
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    let s = pod.status(&id).await;
+    assert_eq!(s.state(), api::ContainerState::ContainerExited);
+    assert_eq!(
+        (s.exit_code, s.reason.as_str()),
+        (137, "Error"),
+        "StopPodSandbox gave the container a grace period: it ran its TERM trap"
+    );
+    pod.remove_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn env_user_workdir_and_readonly_rootfs() {
     let pod = pod("sec").await;

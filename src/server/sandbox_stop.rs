@@ -22,7 +22,7 @@ impl Cri {
         // the kubelet has stopped each with its grace period already, and a caller without one
         // (kubeadm reset, crictl stopp) must not wait out a grace per container, which under
         // load outlasted kubeadm reset's retries. Then pause and the network.
-        self.containers.stop_all_in(&id, std::time::Duration::ZERO).await?;
+        self.containers.kill_all_in(&id).await?;
         // A shim left with nothing but pause ends with the stop; one that holds a container
         // never started stays for RemovePodSandbox (as containerd's does for its task).
         let end_shim = !self.containers.shim_holds_any_in(&id)?;

@@ -721,10 +721,11 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Stops every container of a pod (StopPodSandbox), each with the same grace period (0: killed).
-    pub async fn stop_all_in(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ContainerError> {
+    /// Kills every container of a pod (StopPodSandbox). No grace period: the CRI has the kubelet
+    /// stop them gracefully first, and containerd kills them here too.
+    pub async fn kill_all_in(&self, sandbox_id: &str) -> Result<(), ContainerError> {
         for record in self.in_sandbox(sandbox_id)? {
-            self.stop(&record.id, timeout).await?;
+            self.stop(&record.id, Duration::ZERO).await?;
         }
         Ok(())
     }
