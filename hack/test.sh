@@ -21,7 +21,8 @@
 #   without the specs that touch no cgroup or init system (image service, streaming, host
 #   namespaces, seccomp, idempotence; hack/vm/node-tests.sh lists them),
 #   the kubelet suite's cgroup, stats, restart, image-volume and checkpoint-endpoint tests, the
-#   CDI suite, the cgroup update tests with each driver, checkpoint and restore with CRIU
+#   CDI suite, the cgroup update tests with each driver (hugetlb, swap and unified keys
+#   included), the stats tests (PSI included) with cgroupfs, checkpoint and restore with CRIU
 #   (tests/checkpoint.rs, crictl, checkpointctl), the .deb, a reboot.
 #
 # Tests run under cargo nextest (.config/nextest.toml): every test a process of its own, the

@@ -414,3 +414,122 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     let containers = pod.daemon.root.join("containers");
     assert!(!containers.exists() || std::fs::read_dir(&containers).unwrap().count() == 0);
 }
+
+/// The controllers this pure cgroup v2 host has (None on a v1 or hybrid host).
+fn v2_controllers() -> Option<Vec<String>> {
+    let text = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok()?;
+    Some(text.split_whitespace().map(str::to_string).collect())
+}
+
+/// On pure cgroup v2 (the VM node runs this with each driver): hugepage limits, the swap limit
+/// of LimitedSwap and unified keys reach the container's cgroup files at creation and with an
+/// update. libcgroups' systemd manager has no unit property for hugetlb or for unified keys such
+/// as io.weight and drops them; the shim writes them into the scope, as runc's systemd driver does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pure_v2_hugetlb_swap_and_unified_keys_reach_the_cgroup() {
+    let Some(controllers) = v2_controllers() else {
+        eprintln!("skipped: not a pure cgroup v2 host (the VM node runs this test)");
+        return;
+    };
+    let has = |c: &str| controllers.iter().any(|x| x == c);
+    assert!(has("io") && has("memory"), "controllers: {controllers:?}");
+    let hugetlb = has("hugetlb");
+    if !hugetlb {
+        eprintln!("this kernel has no hugetlb controller: hugepage limits are not checked");
+    }
+    let pod = pod("v2files").await;
+    let hugepages = |limit: u64| {
+        if hugetlb {
+            vec![api::HugepageLimit {
+                page_size: "2MB".into(),
+                limit,
+            }]
+        } else {
+            vec![]
+        }
+    };
+    let config = api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: "main".into(),
+            attempt: 0,
+        }),
+        image: Some(api::ImageSpec {
+            image: BUSYBOX.into(),
+            ..Default::default()
+        }),
+        command: vec!["sh".into(), "-c".into(), "exec sleep 3600".into()],
+        log_path: "main.log".into(),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(api::LinuxContainerResources {
+                memory_limit_in_bytes: 64 * MIB,
+                // The kubelet's LimitedSwap: memory + swap, as runc's and the CRI's unit.
+                memory_swap_limit_in_bytes: 96 * MIB,
+                hugepage_limits: hugepages(4 << 20),
+                unified: [("io.weight".to_string(), "default 300".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = pod.run(config).await;
+    let (status, info) = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerRunning);
+    let dir = Path::new("/sys/fs/cgroup")
+        .join(scute::cgroups::dir(info["cgroupsPath"].as_str().unwrap()).trim_start_matches('/'));
+    assert_eq!(read(&dir.join("memory.max")), (64 * MIB).to_string());
+    assert_eq!(
+        read(&dir.join("memory.swap.max")),
+        (32 * MIB).to_string(),
+        "swap beyond the memory limit"
+    );
+    assert_eq!(read(&dir.join("io.weight")), "default 300");
+    if hugetlb {
+        assert_eq!(read(&dir.join("hugetlb.2MB.max")), (4u64 << 20).to_string());
+    }
+
+    pod.update(
+        &id,
+        api::LinuxContainerResources {
+            memory_limit_in_bytes: 64 * MIB,
+            memory_swap_limit_in_bytes: 128 * MIB,
+            hugepage_limits: hugepages(8 << 20),
+            unified: [("io.weight".to_string(), "default 200".to_string())].into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(read(&dir.join("memory.swap.max")), (64 * MIB).to_string());
+    assert_eq!(read(&dir.join("io.weight")), "default 200");
+    if hugetlb {
+        assert_eq!(read(&dir.join("hugetlb.2MB.max")), (8u64 << 20).to_string());
+    }
+    // A unified key that names no file of this host is refused, not dropped.
+    let err = pod
+        .update(
+            &id,
+            api::LinuxContainerResources {
+                unified: [("io.nonexistent".to_string(), "1".to_string())].into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("io.nonexistent"), "{err:?}");
+
+    let mut runtime = pod.daemon.runtime().await;
+    runtime
+        .stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    runtime
+        .remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(!dir.exists(), "cgroup left: {}", dir.display());
+}

@@ -1,6 +1,7 @@
 //! Container and pod stats as the kubelet and `crictl stats` / `crictl statsp` see them: real
-//! cgroups (v1 on this node), a CPU burner, a memory hog, a growing writable layer, pod network
-//! counters moving with traffic, list filters, NotFound.
+//! cgroups (v1 on the host, v2 on the VM node, which runs these with the cgroupfs driver), a CPU
+//! burner, a memory hog, a growing writable layer, pressure (PSI, on v2), pod network counters
+//! moving with traffic, list filters, NotFound.
 
 mod common;
 
@@ -57,6 +58,21 @@ async fn pod_stats(pod: &Pod) -> api::LinuxPodSandboxStats {
         .unwrap()
 }
 
+/// /sys/fs/cgroup is the unified hierarchy (the VM node), not the v1 hierarchies of a hybrid host.
+fn pure_v2() -> bool {
+    std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// The `some` line's total of a PSI file (microseconds stalled).
+fn psi_some_total(file: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("total=")))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{}: {text}", file.display()))
+}
+
 fn working_set(s: &api::ContainerStats) -> u64 {
     s.memory.as_ref().unwrap().working_set_bytes.as_ref().unwrap().value
 }
@@ -107,6 +123,30 @@ async fn cpu_memory_and_writable_layer_of_containers() {
         assert!(rate > 50e6, "a busy loop got {rate} nanocores");
         assert!(rate < 1.3e9, "one thread, at most one core: {rate}");
         previous = cpu;
+    }
+
+    // Pressure (PSI), on v2: CPU, memory and I/O, each as the cgroup's own files say it at that
+    // moment (a total read before the stats and one after bound what they report).
+    if pure_v2() {
+        let info = pod.daemon.container_info(&burner).await;
+        let dir = std::path::Path::new("/sys/fs/cgroup")
+            .join(scute::cgroups::dir(info["cgroupsPath"].as_str().unwrap()).trim_start_matches('/'));
+        let before = psi_some_total(&dir.join("cpu.pressure"));
+        let stats = container_stats(&pod, &burner).await;
+        let after = psi_some_total(&dir.join("cpu.pressure"));
+        let some = |psi: Option<&api::PsiStats>, what: &str| {
+            psi.and_then(|p| p.some.as_ref())
+                .unwrap_or_else(|| panic!("no {what} pressure in {stats:?}"))
+                .total
+        };
+        let cpu = some(stats.cpu.as_ref().unwrap().psi.as_ref(), "cpu");
+        assert!(
+            before <= cpu && cpu <= after,
+            "cpu pressure {cpu} outside the file's {before}..{after}"
+        );
+        some(stats.memory.as_ref().unwrap().psi.as_ref(), "memory");
+        let io = stats.io.as_ref().expect("io stats on v2");
+        some(io.psi.as_ref(), "io");
     }
 
     // Memory: tail holds 48 MiB of anonymous memory once told to start.
@@ -301,9 +341,15 @@ async fn a_pod_with_a_cgroup_parent_is_read_from_it() {
     config.linux.as_mut().unwrap().cgroup_parent = parent.clone();
     let sandbox = pod.run_sandbox(config.clone()).await;
     let mut runtime = pod.daemon.runtime().await;
-    // The kubelet limits the pod cgroup; so does this test.
-    let memory_dir = std::path::Path::new("/sys/fs/cgroup/memory").join(parent.trim_start_matches('/'));
-    std::fs::write(memory_dir.join("memory.limit_in_bytes"), (256u64 << 20).to_string()).unwrap();
+    // The kubelet limits the pod cgroup; so does this test (v1's memory hierarchy, or v2's).
+    let rel = parent.trim_start_matches('/');
+    let limit = match pure_v2() {
+        false => std::path::Path::new("/sys/fs/cgroup/memory")
+            .join(rel)
+            .join("memory.limit_in_bytes"),
+        true => std::path::Path::new("/sys/fs/cgroup").join(rel).join("memory.max"),
+    };
+    std::fs::write(&limit, (256u64 << 20).to_string()).unwrap();
     let id = runtime
         .create_container(api::CreateContainerRequest {
             pod_sandbox_id: sandbox.clone(),
@@ -368,8 +414,16 @@ async fn a_pod_with_a_cgroup_parent_is_read_from_it() {
     drop(runtime);
     // The kubelet removes the pod cgroups it made; here the test made it.
     let mut left = Vec::new();
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        let dir = hierarchy.path().join(parent.trim_start_matches('/'));
+    let hierarchies: Vec<_> = match pure_v2() {
+        false => std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .flatten()
+            .map(|h| h.path())
+            .collect(),
+        true => vec![std::path::PathBuf::from("/sys/fs/cgroup")],
+    };
+    for hierarchy in hierarchies {
+        let dir = hierarchy.join(rel);
         if dir.exists() && std::fs::remove_dir(&dir).is_err() {
             left.push(dir);
         }

@@ -1,4 +1,5 @@
-//! Device confinement of a container in a systemd scope (cgroup v2).
+//! Device confinement of a container in a systemd scope (cgroup v2), one of the things
+//! [`crate::systemd_scope`] completes there.
 //!
 //! libcgroups 0.7's systemd manager applies no device rule at all: it sets no DeviceAllow on the
 //! scope and attaches no eBPF filter, so under the systemd driver a container could open any
@@ -21,7 +22,7 @@ use std::path::Path;
 use libcgroups::v2::devices::bpf::prog;
 use libcgroups::v2::devices::emulator::Emulator;
 use libcgroups::v2::devices::program::Program;
-use libcontainer::oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceCgroupBuilder, LinuxDeviceType, Spec};
+use libcontainer::oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceCgroupBuilder, LinuxDeviceType};
 
 /// NUL-terminated: libcgroups passes the pointer of this &str to the kernel as a C string.
 const LICENSE: &str = "Apache\0";
@@ -45,46 +46,6 @@ const DEFAULTS: [(LinuxDeviceType, Option<i64>, Option<i64>, &str); 12] = [
     (LinuxDeviceType::C, Some(5), Some(2), "rwm"),
     (LinuxDeviceType::C, Some(10), Some(200), "rwm"),
 ];
-
-/// Confines container `id` (init `pid`, bundle `bundle`) to the devices its spec allows, when it
-/// runs in a systemd scope on a pure cgroup v2 host (the one case libcgroups leaves open); fails
-/// closed when its own cgroup cannot be found.
-pub fn confine_in_scope(id: &str, pid: i32, bundle: &Path) -> Result<(), String> {
-    match libcgroups::common::get_cgroup_setup() {
-        Ok(libcgroups::common::CgroupSetup::Unified) => {}
-        // libcgroups' v1 manager applies the rules itself on a hybrid or legacy host.
-        Ok(_) => return Ok(()),
-        Err(e) => return Err(format!("finding the cgroup setup: {e}")),
-    }
-    let spec = Spec::load(bundle.join("config.json")).map_err(|e| format!("reading the spec: {e}"))?;
-    let cgroups_path = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.cgroups_path().clone())
-        .unwrap_or_default();
-    let unit = scope_name(&cgroups_path.to_string_lossy())
-        .ok_or_else(|| format!("cgroupsPath {cgroups_path:?} does not name a systemd scope"))?;
-    let dir = crate::cgroup_v2::dir_named(pid, std::slice::from_ref(&unit))
-        .ok_or_else(|| format!("container {id} (pid {pid}) is not in its scope {unit}"))?;
-    let rules = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.resources().as_ref())
-        .and_then(|r| r.devices().clone())
-        .unwrap_or_default();
-    attach(&dir, &program(&rules)?)
-}
-
-/// The scope libcgroups' systemd manager makes of a `slice:prefix:name` cgroupsPath:
-/// `prefix-name.scope` (None for a path naming a slice, or not in that form).
-fn scope_name(cgroups_path: &str) -> Option<String> {
-    let parts: Vec<&str> = cgroups_path.split(':').collect();
-    let (prefix, name) = match parts[..] {
-        [_, prefix, name] | [prefix, name] => (prefix, name),
-        _ => return None,
-    };
-    (!name.is_empty() && !name.ends_with(".slice")).then(|| format!("{prefix}-{name}.scope"))
-}
 
 /// The device program for a spec's `linux.resources.devices`: deny by default, the spec's rules
 /// in order (an `a` rule resets to allow or deny all), then the defaults.
@@ -164,18 +125,6 @@ mod tests {
         assert!(!allows(&p, C, 1, 1, "r"), "/dev/mem");
         assert!(!allows(&p, B, 8, 0, "rw"), "a disk");
         assert!(!allows(&p, C, 4, 1, "w"), "a host tty");
-    }
-
-    #[test]
-    fn the_scope_is_named_as_libcgroups_names_it() {
-        assert_eq!(
-            scope_name("kubepods-besteffort-pod1.slice:scute:c1").as_deref(),
-            Some("scute-c1.scope")
-        );
-        assert_eq!(scope_name(":scute:c1").as_deref(), Some("scute-c1.scope"));
-        assert_eq!(scope_name("scute:c1").as_deref(), Some("scute-c1.scope"));
-        assert_eq!(scope_name("system.slice:scute:x.slice"), None);
-        assert_eq!(scope_name("/kubepods/c1"), None);
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod oom;
 mod scope;
 mod server;
 mod stdio;
+mod systemd_scope;
 #[cfg(test)]
 mod test_support;
 

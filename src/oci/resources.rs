@@ -91,8 +91,8 @@ pub fn update_resources(r: &api::LinuxContainerResources, host: &HostFacts) -> R
 
 /// The checks every RPC that carries LinuxContainerResources makes (RunPodSandbox's resources
 /// and overhead, CreateContainer, UpdateContainerResources, UpdatePodSandboxResources): no
-/// negative limit but OCI's -1 ("unlimited") for the CPU quota and the swap limit, and a page
-/// size for every hugepage limit. The message names the field; callers say where it was.
+/// negative limit but OCI's -1 ("unlimited") for the CPU quota and the swap limit, a page
+/// size for every hugepage limit, and page sizes and unified keys that are plain file names. The message names the field; callers say where it was.
 pub fn check_resources(r: &api::LinuxContainerResources) -> Result<(), SpecError> {
     let checks = [
         ("cpu_period", r.cpu_period, 0),
@@ -109,7 +109,33 @@ pub fn check_resources(r: &api::LinuxContainerResources) -> Result<(), SpecError
             "hugepage_limits has an entry without page_size".into(),
         ));
     }
+    // Both become file names in the container's cgroup: `hugetlb.<page_size>.max`, and each
+    // unified key as it is (runc refuses a key with a slash too).
+    if let Some(h) = r
+        .hugepage_limits
+        .iter()
+        .find(|h| !h.page_size.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        return Err(SpecError::Invalid(format!(
+            "hugepage_limits: page_size {:?} is not a size such as 2MB or 1GB",
+            h.page_size
+        )));
+    }
+    if let Some(key) = r.unified.keys().find(|k| !is_cgroup_file_name(k)) {
+        return Err(SpecError::Invalid(format!(
+            "unified: {key:?} is not a cgroup v2 file name such as memory.high or io.weight"
+        )));
+    }
     Ok(())
+}
+
+/// `controller.file`: lowercase letters, digits, `_` and `.`, not starting with a dot.
+fn is_cgroup_file_name(key: &str) -> bool {
+    key.contains('.')
+        && !key.starts_with('.')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
 }
 
 #[cfg(test)]
@@ -126,6 +152,11 @@ mod tests {
                 page_size: "2MB".into(),
                 limit: 1 << 21,
             }],
+            unified: [
+                ("io.weight".to_string(), "default 300".to_string()),
+                ("memory.swap.max".to_string(), "0".to_string()),
+            ]
+            .into(),
             ..Default::default()
         };
         check_resources(&ok).unwrap();
@@ -134,6 +165,23 @@ mod tests {
             other => panic!("{r:?}: {other:?}"),
         };
         for (r, field) in [
+            (
+                api::LinuxContainerResources {
+                    unified: [("../../cgroup.procs".to_string(), "1".to_string())].into(),
+                    ..Default::default()
+                },
+                "unified: \"../../cgroup.procs\"",
+            ),
+            (
+                api::LinuxContainerResources {
+                    hugepage_limits: vec![api::HugepageLimit {
+                        page_size: "2MB/../x".into(),
+                        limit: 1,
+                    }],
+                    ..Default::default()
+                },
+                "page_size \"2MB/../x\"",
+            ),
             (
                 api::LinuxContainerResources {
                     cpu_shares: -2,

@@ -146,7 +146,7 @@ pub(super) fn check_terminal(bundle: &Path, tty: bool) -> Result<(), ApiError> {
 
 /// The helper's part of UpdateResources: the container's cgroup manager, as libcontainer made it
 /// at creation (libcgroups: v1, or v2 on a unified host), applies `resources` (whose devices were
-/// cleared). Device rules: on v2 they are one eBPF program that every apply replaces, built from
+/// cleared); under systemd, the shim writes what the manager has no unit property for. Device rules: on v2 they are one eBPF program that every apply replaces, built from
 /// the given rules plus libcgroups' defaults, so the container's own rules (its bundle's, exactly
 /// what creation applied) go along and the new program allows what the old one did. On v1 they
 /// are left out: re-writing them would start with the spec's deny-all and refuse every device for
@@ -176,7 +176,15 @@ pub(super) fn update_cgroup(id: &str, dir: &Path, mut resources: LinuxResources)
             oom_score_adj: None,
             freezer_state: None,
         })
-        .map_err(|e| ApiError::internal(chain(&e)))
+        .map_err(|e| ApiError::internal(chain(&e)))?;
+    if container.systemd() {
+        let pid = container
+            .pid()
+            .ok_or_else(|| ApiError::internal(format!("container {id} has no process")))?;
+        crate::systemd_scope::update(id, pid.as_raw(), container.bundle(), &resources)
+            .map_err(|e| ApiError::internal(format!("container {id}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// libcontainer's default executor, after restoring the signal state a fresh process expects:

@@ -356,10 +356,10 @@ impl Containers {
             // Before any of its processes runs user code (init waits for start, execs need it
             // created).
             if systemd {
-                if let Err(e) = crate::devices::confine_in_scope(id, pid.as_raw(), bundle) {
+                if let Err(e) = crate::systemd_scope::complete(id, pid.as_raw(), bundle) {
                     let _ = container.delete(true);
                     return Err(ApiError::internal(format!(
-                        "container {id}: confining its devices: {e}"
+                        "container {id}: completing its systemd scope (devices, hugetlb, unified): {e}"
                     )));
                 }
             }

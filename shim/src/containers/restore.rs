@@ -325,8 +325,8 @@ fn restore_in_helper(
         return Err(ApiError::internal("CRIU restored without naming the restored process"));
     }
     if systemd {
-        crate::devices::confine_in_scope(id, pid, bundle)
-            .map_err(|e| ApiError::internal(format!("confining the restored container's devices: {e}")))?;
+        crate::systemd_scope::complete(id, pid, bundle)
+            .map_err(|e| ApiError::internal(format!("the restored container's scope: {e}")))?;
     }
     // What libcontainer records for a container it made.
     fs::DirBuilder::new()
