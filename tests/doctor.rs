@@ -230,17 +230,24 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
     // container's, each with its shim state dir (a pod's shim dir, a container's dir in one).
     // And one with no trace in this daemon's state: another daemon's, whose shim died.
     let cgroups = cgroup_parent_dir();
-    let (busy_id, empty_id) = (scute::ids::random_id(), scute::ids::random_id());
-    let (busy_cgroup, empty_cgroup, foreign_cgroup) = (
+    // A pod's shim cgroup (`scute-shim-<32 hex>`) whose pod no record knows, likewise.
+    let (busy_id, empty_id, shim_pod) = (
+        scute::ids::random_id(),
+        scute::ids::random_id(),
+        scute::ids::random_id(),
+    );
+    let (busy_cgroup, empty_cgroup, foreign_cgroup, shim_cgroup) = (
         cgroups.join(format!("scute-{busy_id}")),
         cgroups.join(format!("scute-{empty_id}")),
         cgroups.join(format!("scute-{}", scute::ids::random_id())),
+        cgroups.join(format!("scute-shim-{}", &shim_pod[..32])),
     );
     let shims = state.join("shims");
     std::fs::create_dir_all(shims.join(&busy_id[..32])).unwrap();
     std::fs::create_dir_all(shims.join(&busy_id[..32]).join("containers").join(&empty_id)).unwrap();
+    std::fs::create_dir_all(shims.join(&shim_pod[..32])).unwrap();
     let mut stray_process = std::process::Command::new("sleep").arg("3600").spawn().unwrap();
-    for dir in [&busy_cgroup, &empty_cgroup, &foreign_cgroup] {
+    for dir in [&busy_cgroup, &empty_cgroup, &foreign_cgroup, &shim_cgroup] {
         std::fs::create_dir(dir).unwrap();
         age(dir);
     }
@@ -270,6 +277,7 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
         ("stale-netns", netns.display().to_string()),
         ("orphan-cgroup", cgroup_path(&busy_cgroup)),
         ("orphan-cgroup", cgroup_path(&empty_cgroup)),
+        ("orphan-cgroup", cgroup_path(&shim_cgroup)),
         ("stale-attachment", attachment.display().to_string()),
         ("stale-lease", default_lease.display().to_string()),
     ];
@@ -298,7 +306,8 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
         stray_process.try_wait().unwrap().is_none(),
         "a read-only run kills nothing"
     );
-    assert!(busy_cgroup.exists() && empty_cgroup.exists() && attachment.exists() && lease.exists());
+    assert!(busy_cgroup.exists() && empty_cgroup.exists() && shim_cgroup.exists());
+    assert!(attachment.exists() && lease.exists());
     let (code, quick) = doctor(&pod.daemon, &["--quick"]);
     assert_eq!(code, 1);
     assert!(
@@ -324,7 +333,7 @@ async fn doctor_finds_and_repairs_each_kind_of_damage_and_leaves_what_is_in_use(
         Some(9),
         "the stray process is killed"
     );
-    assert!(!busy_cgroup.exists() && !empty_cgroup.exists());
+    assert!(!busy_cgroup.exists() && !empty_cgroup.exists() && !shim_cgroup.exists());
     assert!(foreign_cgroup.exists(), "another daemon's cgroup is left alone");
     std::fs::remove_dir(&foreign_cgroup).unwrap();
     assert!(!attachment.exists(), "the attachment's DEL ran");

@@ -1,6 +1,6 @@
-//! Cgroups named for a pod or container (`scute-<id>`, `scute-<id>.scope`) that no record
-//! knows: a crash between libcontainer making one and the record being written, or a removal
-//! cut short. An empty one only clutters the tree; one with processes is a container nothing
+//! Cgroups named for a pod or container (`scute-<id>`, `scute-<id>.scope`), or for a pod's shim
+//! (`scute-shim-<32 hex of the pod's id>`, `.scope` under systemd), that no record knows: a crash
+//! between libcontainer making one and the record being written, or a removal cut short. An empty one only clutters the tree; one with processes is a container nothing
 //! can stop through the CRI. Repair thaws and kills what is inside, then removes the cgroup in
 //! every hierarchy.
 //!
@@ -33,7 +33,10 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
     // not reach a member created after that.
     let cutoff = SystemTime::now() - settled;
     let mut known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
+    // A shim's cgroup names its pod by the first 32 hex digits of its ID.
+    let shims: HashSet<String> = known.iter().map(|id| id[..32].to_string()).collect();
     known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
+    known.extend(shims);
     let unknown = unknown_cgroups(&known);
     // After the walk: a member's shim state exists before its cgroup does. Only cgroups this
     // daemon has a trace of are its own: another daemon's (its shim alive or not) is left alone.
@@ -99,8 +102,11 @@ impl Traces {
     }
 }
 
-/// Whether a pod or container `id` has a record now.
+/// Whether a pod or container `id` has a record now (for a shim's 32 hex digits: its pod).
 fn recorded(store: &Store, id: &str) -> Result<bool, store::Error> {
+    if id.len() == 32 {
+        return Ok(store.list::<SandboxRecord>()?.iter().any(|s| s.id.starts_with(id)));
+    }
     Ok(store.get::<SandboxRecord>(id)?.is_some() || store.get::<ContainerRecord>(id)?.is_some())
 }
 
@@ -162,11 +168,15 @@ fn walk(
     }
 }
 
-/// The ID in a pod member's cgroup name (`crate::cgroups` makes them), if it is one.
+/// The ID in a pod member's cgroup name (`crate::cgroups` makes them), if it is one: 64 hex
+/// digits, or 32 for a pod's shim.
 fn member_id(name: &str) -> Option<&str> {
-    let id = name.strip_prefix("scute-")?;
-    let id = id.strip_suffix(".scope").unwrap_or(id);
-    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+    let name = name.strip_suffix(".scope").unwrap_or(name);
+    let hex = |id: &str, len: usize| id.len() == len && id.bytes().all(|b| b.is_ascii_hexdigit());
+    match name.strip_prefix("scute-shim-") {
+        Some(id) => hex(id, 32).then_some(id),
+        None => name.strip_prefix("scute-").filter(|id| hex(id, 64)),
+    }
 }
 
 /// The processes in the cgroup (and below it), in every hierarchy, in order.
@@ -223,6 +233,9 @@ mod tests {
         let id = "ab".repeat(32);
         assert_eq!(member_id(&format!("scute-{id}")), Some(id.as_str()));
         assert_eq!(member_id(&format!("scute-{id}.scope")), Some(id.as_str()));
+        assert_eq!(member_id(&format!("scute-shim-{}", &id[..32])), Some(&id[..32]));
+        assert_eq!(member_id(&format!("scute-shim-{}.scope", &id[..32])), Some(&id[..32]));
+        assert_eq!(member_id(&format!("scute-shim-{id}")), None);
         for other in ["scute", "scute-abc", "kubepods", &format!("cri-containerd-{id}.scope")] {
             assert_eq!(member_id(other), None, "{other}");
         }
