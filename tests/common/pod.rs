@@ -42,8 +42,22 @@ pub async fn pod_edited(
     handler: &str,
     edit: impl FnOnce(&mut api::PodSandboxConfig),
 ) -> Pod {
+    pod_in(Daemon::start(extra_toml), name, ports, handler, edit).await
+}
+
+/// A host-network pod on `daemon` (one started some other way: `Daemon::start_on_tmpfs`).
+pub async fn pod_on(daemon: Daemon, name: &str) -> Pod {
+    pod_in(daemon, name, None, "", |_| {}).await
+}
+
+async fn pod_in(
+    daemon: Daemon,
+    name: &str,
+    ports: Option<Vec<api::PortMapping>>,
+    handler: &str,
+    edit: impl FnOnce(&mut api::PodSandboxConfig),
+) -> Pod {
     let registry = Registry::with_test_images();
-    let daemon = Daemon::start(extra_toml);
     daemon.mirror_public_registries_to(&registry.addr);
     // Host network keeps most tests independent of CNI (covered by the sandbox tests).
     let network = ports.as_ref().map(|_| TestNetwork::install(&daemon));
@@ -296,7 +310,12 @@ impl Pod {
             })
             .await
             .unwrap();
-        let left = super::mounts_under(self.daemon.dir());
+        // (Not the root itself when the rig mounted a tmpfs there: start_on_tmpfs.)
+        let root = self.daemon.root.display().to_string();
+        let left: Vec<_> = super::mounts_under(self.daemon.dir())
+            .into_iter()
+            .filter(|m| *m != root)
+            .collect();
         assert!(left.is_empty(), "mounts left: {left:?}");
         assert!(
             !self.daemon.root.join("containers").exists()
