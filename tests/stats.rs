@@ -139,10 +139,11 @@ async fn cpu_memory_and_writable_layer_of_containers() {
                 .unwrap_or_else(|| panic!("no {what} pressure in {stats:?}"))
                 .total
         };
+        // The file counts microseconds; the CRI, nanoseconds.
         let cpu = some(stats.cpu.as_ref().unwrap().psi.as_ref(), "cpu");
         assert!(
-            before <= cpu && cpu <= after,
-            "cpu pressure {cpu} outside the file's {before}..{after}"
+            before * 1000 <= cpu && cpu <= after * 1000,
+            "cpu pressure {cpu} ns outside the file's {before}..{after} µs"
         );
         some(stats.memory.as_ref().unwrap().psi.as_ref(), "memory");
         let io = stats.io.as_ref().expect("io stats on v2");

@@ -9,7 +9,9 @@
 //! any process of it runs user code.
 //!
 //! The files are written here, not through libcgroups' v2 manager: its controllers are private,
-//! and its `apply` would also replace the device program with one from the resources given.
+//! and its `apply` would also replace the device program with one from the resources given. A
+//! controller systemd has not enabled on the scope's path (hugetlb, which systemd does not
+//! manage) is enabled from the root down first, as runc's systemd driver does.
 
 use std::path::{Path, PathBuf};
 
@@ -119,15 +121,48 @@ fn files_beyond_properties(resources: &LinuxResources) -> Result<Vec<(String, St
 fn write_beyond_properties(dir: &Path, resources: &LinuxResources) -> Result<(), String> {
     for (name, value) in files_beyond_properties(resources)? {
         let path = dir.join(&name);
-        std::fs::write(&path, &value).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                format!(
-                    "{name}: this host's cgroup v2 has no such file (is its controller enabled for {}?)",
+        if !path.exists() {
+            let controller = name.split('.').next().unwrap_or_default();
+            enable_down_to(dir, controller)?;
+        }
+        // Not created: a cgroup file that is not there is no such setting (kernfs answers
+        // EACCES to O_CREAT).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, value.as_bytes()))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => format!(
+                    "{name}: the container's cgroup {} has no such file (no such setting, or its controller is not on this host)",
                     dir.display()
-                )
-            }
-            _ => format!("writing {value:?} to {}: {e}", path.display()),
-        })?;
+                ),
+                _ => format!("writing {value:?} to {}: {e}", path.display()),
+            })?;
+    }
+    Ok(())
+}
+
+/// Enables `controller` in the subtree_control of each cgroup from the root down to `dir`'s
+/// parent, where the root has it, as runc does for every controller under either driver.
+/// systemd enables only the controllers its units ask for (it knows of no hugetlb at all).
+fn enable_down_to(dir: &Path, controller: &str) -> Result<(), String> {
+    let root = Path::new("/sys/fs/cgroup");
+    let has =
+        |file: &Path| std::fs::read_to_string(file).is_ok_and(|text| text.split_whitespace().any(|c| c == controller));
+    if controller.is_empty() || controller == "cgroup" || !has(&root.join("cgroup.controllers")) {
+        return Ok(());
+    }
+    let below = dir
+        .strip_prefix(root)
+        .map_err(|_| format!("{} is not under {}", dir.display(), root.display()))?;
+    let mut level = root.to_path_buf();
+    for component in below.components() {
+        let control = level.join("cgroup.subtree_control");
+        if !has(&control) {
+            std::fs::write(&control, format!("+{controller}"))
+                .map_err(|e| format!("enabling the {controller} controller in {}: {e}", control.display()))?;
+        }
+        level.push(component);
     }
     Ok(())
 }
