@@ -61,6 +61,31 @@ pub fn member_path(driver: CgroupDriver, parent: &str, id: &str) -> Result<Strin
     }
 }
 
+/// Whose a cgroup is, by its directory's name as this module makes them (`scute-<id>`,
+/// `scute-shim-<32 hex>`, either with `.scope` under systemd).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// A pod member (pause or a container), by its ID (64 hex digits).
+    Member(String),
+    /// A pod's shim, by the first 32 hex digits of the pod's ID.
+    Shim(String),
+}
+
+impl Owner {
+    /// The owner a cgroup directory's name says, if it is one of scute's.
+    pub fn of(name: &str) -> Option<Owner> {
+        let name = name.strip_suffix(".scope").unwrap_or(name);
+        let id = |prefix: &str, len: usize| {
+            let id = name.strip_prefix(prefix)?.strip_prefix('-')?;
+            (id.len() == len && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+        };
+        if name.starts_with(&format!("{SHIM_PREFIX}-")) {
+            return id(SHIM_PREFIX, 32).map(Owner::Shim);
+        }
+        id(PREFIX, 64).map(Owner::Member)
+    }
+}
+
 /// The cgroups path of container `id`, beside the pod's pause (same parent, same form).
 pub fn sibling(pod_member: &str, id: &str) -> String {
     beside(pod_member, PREFIX, id)
@@ -323,6 +348,37 @@ pub fn check_driver(driver: CgroupDriver) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_names_scute_makes_have_an_owner() {
+        let id = "ab".repeat(32);
+        let member = Some(Owner::Member(id.clone()));
+        let shim = Some(Owner::Shim(id[..32].to_string()));
+        assert_eq!(Owner::of(&format!("scute-{id}")), member);
+        assert_eq!(Owner::of(&format!("scute-{id}.scope")), member);
+        assert_eq!(Owner::of(&format!("scute-shim-{}", &id[..32])), shim);
+        assert_eq!(Owner::of(&format!("scute-shim-{}.scope", &id[..32])), shim);
+        // The names this module makes for them, too.
+        assert_eq!(
+            Owner::of(dir(&sibling("/kubepods/pod1/scute-x", &id)).rsplit('/').next().unwrap()),
+            member
+        );
+        let slice = format!("kubepods-pod1.slice:scute:{id}");
+        assert_eq!(
+            Owner::of(dir(&shim_path(&slice, &id)).rsplit('/').next().unwrap()),
+            shim
+        );
+        for other in [
+            "scute".to_string(),
+            "scute-abc".to_string(),
+            "kubepods".to_string(),
+            format!("scute-shim-{id}"),
+            format!("scute-{}", &id[..32]),
+            format!("cri-containerd-{id}.scope"),
+        ] {
+            assert_eq!(Owner::of(&other), None, "{other}");
+        }
+    }
 
     #[test]
     fn kills_and_removals_never_reach_the_root_or_climb_out() {

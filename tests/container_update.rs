@@ -8,104 +8,22 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Daemon, Registry};
+use common::pod::{pod, Pod, BUSYBOX};
 use scute::api;
 use tonic::Code;
 
-const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.29-2";
 const MIB: i64 = 1 << 20;
 
-struct Pod {
-    daemon: Daemon,
-    _registry: Registry,
-    id: String,
-    config: api::PodSandboxConfig,
-    _logs: tempfile::TempDir,
+/// What these tests ask of the pod beyond what `common::pod` offers.
+trait UpdateRig {
+    async fn status_and_info(&self, id: &str) -> (api::ContainerStatus, serde_json::Value);
+    async fn devices_work_and_stay_confined(&self, id: &str);
+    async fn update(&self, id: &str, linux: api::LinuxContainerResources) -> Result<(), tonic::Status>;
 }
 
-/// A daemon with the test images behind mirrors, busybox pulled, and a host-network pod.
-async fn pod(name: &str) -> Pod {
-    let registry = Registry::with_test_images();
-    let daemon = Daemon::start("");
-    daemon.mirror_public_registries_to(&registry.addr);
-    let logs = tempfile::tempdir().unwrap();
-    let config = api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: logs.path().display().to_string(),
-        linux: Some(api::LinuxPodSandboxConfig {
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(api::NamespaceOption {
-                    network: api::NamespaceMode::Node as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    daemon
-        .images()
-        .await
-        .pull_image(api::PullImageRequest {
-            image: Some(api::ImageSpec {
-                image: BUSYBOX.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let id = daemon
-        .runtime()
-        .await
-        .run_pod_sandbox(api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    Pod {
-        daemon,
-        _registry: registry,
-        id,
-        config,
-        _logs: logs,
-    }
-}
-
-impl Pod {
-    async fn run(&self, config: api::ContainerConfig) -> String {
-        let mut runtime = self.daemon.runtime().await;
-        let id = runtime
-            .create_container(api::CreateContainerRequest {
-                pod_sandbox_id: self.id.clone(),
-                config: Some(config),
-                sandbox_config: Some(self.config.clone()),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .container_id;
-        runtime
-            .start_container(api::StartContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .unwrap();
-        id
-    }
-
+impl UpdateRig for Pod {
     /// The status and the verbose info's JSON.
-    async fn status(&self, id: &str) -> (api::ContainerStatus, serde_json::Value) {
+    async fn status_and_info(&self, id: &str) -> (api::ContainerStatus, serde_json::Value) {
         let resp = self
             .daemon
             .runtime()
@@ -252,7 +170,7 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
         ..Default::default()
     };
     let id = pod.run(config).await;
-    let (status, info) = pod.status(&id).await;
+    let (status, info) = pod.status_and_info(&id).await;
     assert_eq!(status.state(), api::ContainerState::ContainerRunning);
     let cgroups_path = scute::cgroups::dir(info["cgroupsPath"].as_str().unwrap());
     assert!(!cgroups_path.is_empty());
@@ -298,7 +216,7 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
         "quota, period"
     );
 
-    let (status, _) = pod.status(&id).await;
+    let (status, _) = pod.status_and_info(&id).await;
     assert_eq!(status.state(), api::ContainerState::ContainerRunning);
     let r = resources(&status);
     assert_eq!(
@@ -322,7 +240,7 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     let now = cgroup_limits(&cgroups_path);
     assert_eq!(now.0, (96 * MIB).to_string());
     assert_eq!((&now.1, &now.2), (&after.1, &after.2));
-    let r = resources(&pod.status(&id).await.0);
+    let r = resources(&pod.status_and_info(&id).await.0);
     assert_eq!((r.memory_limit_in_bytes, r.cpu_shares), (96 * MIB, 1024));
 
     // Bad requests.
@@ -362,7 +280,7 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
         .unwrap();
     let mut exited = false;
     for _ in 0..100 {
-        if pod.status(&id).await.0.state() == api::ContainerState::ContainerExited {
+        if pod.status_and_info(&id).await.0.state() == api::ContainerState::ContainerExited {
             exited = true;
             break;
         }
@@ -378,24 +296,13 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     )
     .await
     .unwrap();
-    let (status, _) = pod.status(&id).await;
+    let (status, _) = pod.status_and_info(&id).await;
     assert_eq!(status.state(), api::ContainerState::ContainerExited);
     assert_eq!(resources(&status).memory_limit_in_bytes, 256 * MIB);
 
-    // Cleanup leaves nothing: no cgroup, mount or container directory.
-    let mut runtime = pod.daemon.runtime().await;
-    runtime
-        .stop_pod_sandbox(api::StopPodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await
-        .unwrap();
-    runtime
-        .remove_pod_sandbox(api::RemovePodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await
-        .unwrap();
+    // Cleanup leaves nothing: no cgroup, mount or container directory (remove_all checks the
+    // last two).
+    pod.remove_all().await;
     let rel = cgroups_path.trim_start_matches('/');
     let dirs: Vec<PathBuf> = if is_v1() {
         ["memory", "cpu", "cpuset", "pids"]
@@ -409,10 +316,6 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     for dir in dirs {
         assert!(!dir.exists(), "cgroup left: {}", dir.display());
     }
-    let mounts = common::mounts_under(pod.daemon.dir());
-    assert!(mounts.is_empty(), "mounts left: {mounts:?}");
-    let containers = pod.daemon.root.join("containers");
-    assert!(!containers.exists() || std::fs::read_dir(&containers).unwrap().count() == 0);
 }
 
 /// The controllers this pure cgroup v2 host has (None on a v1 or hybrid host).
@@ -485,7 +388,7 @@ async fn pure_v2_hugetlb_swap_and_unified_keys_reach_the_cgroup() {
         ..Default::default()
     };
     let id = pod.run(config).await;
-    let (status, info) = pod.status(&id).await;
+    let (status, info) = pod.status_and_info(&id).await;
     assert_eq!(status.state(), api::ContainerState::ContainerRunning);
     let dir = Path::new("/sys/fs/cgroup")
         .join(scute::cgroups::dir(info["cgroupsPath"].as_str().unwrap()).trim_start_matches('/'));
@@ -536,18 +439,6 @@ async fn pure_v2_hugetlb_swap_and_unified_keys_reach_the_cgroup() {
         .unwrap_err();
     assert!(err.message().contains("memory.nonexistent"), "{err:?}");
 
-    let mut runtime = pod.daemon.runtime().await;
-    runtime
-        .stop_pod_sandbox(api::StopPodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await
-        .unwrap();
-    runtime
-        .remove_pod_sandbox(api::RemovePodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await
-        .unwrap();
+    pod.remove_all().await;
     assert!(!dir.exists(), "cgroup left: {}", dir.display());
 }

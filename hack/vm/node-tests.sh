@@ -74,6 +74,13 @@ wait_no_scute_units() {
 		[[ -z $(scute_units) ]] && return 0
 		sleep 0.1
 	done
+	# What systemd thinks of each, and what it logged: a unit active with no cgroup left is one
+	# whose cgroup someone removed before systemd saw it empty.
+	local unit
+	for unit in $(scute_units); do
+		systemctl status --no-pager --full "$unit" >&2 || true
+		journalctl --no-pager -o short-precise -u "$unit" >&2 || true
+	done
 	fail "scopes left after every pod was removed: $(scute_units | tr '\n' ' ')"
 }
 

@@ -8,6 +8,10 @@
 //! scope's directory, after libcontainer made the container (or applied an update) and before
 //! any process of it runs user code.
 //!
+//! systemd manages the io controller itself: a slice it realizes again may have io turned off on
+//! the way down (no unit of it asks for IOWeight=), and an `io.weight` written here goes with
+//! it. Mapping io.weight to IOWeight= is left undone (libcgroups has no property for it).
+//!
 //! The files are written here, not through libcgroups' v2 manager: its controllers are private,
 //! and its `apply` would also replace the device program with one from the resources given. A
 //! controller systemd has not enabled on the scope's path (hugetlb, which systemd does not
@@ -39,7 +43,12 @@ pub fn complete(id: &str, pid: i32, bundle: &Path) -> Result<(), String> {
         return Ok(());
     }
     let spec = Spec::load(bundle.join("config.json")).map_err(|e| format!("reading the spec: {e}"))?;
-    let dir = dir(id, pid, &spec)?;
+    let cgroups_path = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.cgroups_path().clone())
+        .unwrap_or_default();
+    let dir = dir(id, pid, &cgroups_path)?;
     let resources = spec.linux().as_ref().and_then(|l| l.resources().clone());
     let rules = resources.as_ref().and_then(|r| r.devices().clone()).unwrap_or_default();
     crate::devices::attach(&dir, &crate::devices::program(&rules)?)?;
@@ -49,14 +58,14 @@ pub fn complete(id: &str, pid: i32, bundle: &Path) -> Result<(), String> {
     }
 }
 
-/// An UpdateContainerResources under the systemd driver: the part of `resources` libcgroups'
-/// systemd manager did not apply (see [`complete`]). The device program stays as it is.
-pub fn update(id: &str, pid: i32, bundle: &Path, resources: &LinuxResources) -> Result<(), String> {
+/// An UpdateContainerResources under the systemd driver, for the container whose cgroupsPath
+/// is `cgroups_path`: the part of `resources` libcgroups' systemd manager did not apply (see
+/// [`complete`]). The device program stays as it is.
+pub fn update(id: &str, pid: i32, cgroups_path: &Path, resources: &LinuxResources) -> Result<(), String> {
     if !unified_host()? {
         return Ok(());
     }
-    let spec = Spec::load(bundle.join("config.json")).map_err(|e| format!("reading the spec: {e}"))?;
-    write_beyond_properties(&dir(id, pid, &spec)?, resources)
+    write_beyond_properties(&dir(id, pid, cgroups_path)?, resources)
 }
 
 fn unified_host() -> Result<bool, String> {
@@ -67,14 +76,9 @@ fn unified_host() -> Result<bool, String> {
     }
 }
 
-/// The scope's directory: the unified cgroup `pid` is in, if it is the scope the spec's
-/// cgroupsPath names.
-fn dir(id: &str, pid: i32, spec: &Spec) -> Result<PathBuf, String> {
-    let cgroups_path = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.cgroups_path().clone())
-        .unwrap_or_default();
+/// The scope's directory: the unified cgroup `pid` is in, if it is the scope `cgroups_path`
+/// (the spec's cgroupsPath) names.
+fn dir(id: &str, pid: i32, cgroups_path: &Path) -> Result<PathBuf, String> {
     let unit = scope_name(&cgroups_path.to_string_lossy())
         .ok_or_else(|| format!("cgroupsPath {cgroups_path:?} does not name a systemd scope"))?;
     crate::cgroup_v2::dir_named(pid, std::slice::from_ref(&unit))

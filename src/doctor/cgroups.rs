@@ -1,7 +1,8 @@
 //! Cgroups named for a pod or container (`scute-<id>`, `scute-<id>.scope`), or for a pod's shim
 //! (`scute-shim-<32 hex of the pod's id>`, `.scope` under systemd), that no record knows: a crash
-//! between libcontainer making one and the record being written, or a removal cut short. An empty one only clutters the tree; one with processes is a container nothing
-//! can stop through the CRI. Repair thaws and kills what is inside, then removes the cgroup in
+//! between libcontainer making one and the record being written, or a removal cut short. An
+//! empty one only clutters the tree; one with processes is a container nothing can stop through
+//! the CRI. Repair thaws and kills what is inside, then removes the cgroup in
 //! every hierarchy.
 //!
 //! Another scute on the host (a node of a test cluster, the tests' many daemons) uses the same
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Finding, Kind};
+use crate::cgroups::Owner;
 use crate::container::record::ContainerRecord;
 use crate::sandbox::record::SandboxRecord;
 use crate::store::{self, Store};
@@ -32,25 +34,30 @@ pub fn examine(store: &Store, state: &Path, repair: bool, settled: Duration) -> 
     // Ages are measured against when the records were read: a repair that takes a while must
     // not reach a member created after that.
     let cutoff = SystemTime::now() - settled;
-    let mut known: HashSet<String> = store.list::<SandboxRecord>()?.into_iter().map(|s| s.id).collect();
+    let pods = store.list::<SandboxRecord>()?;
     // A shim's cgroup names its pod by the first 32 hex digits of its ID.
-    let shims: HashSet<String> = known.iter().map(|id| id[..32].to_string()).collect();
-    known.extend(store.list::<ContainerRecord>()?.into_iter().map(|c| c.id));
-    known.extend(shims);
+    let mut known: HashSet<Owner> = pods.iter().map(|s| Owner::Shim(s.id[..32].to_string())).collect();
+    known.extend(pods.into_iter().map(|s| Owner::Member(s.id)));
+    known.extend(
+        store
+            .list::<ContainerRecord>()?
+            .into_iter()
+            .map(|c| Owner::Member(c.id)),
+    );
     let unknown = unknown_cgroups(&known);
     // After the walk: a member's shim state exists before its cgroup does. Only cgroups this
     // daemon has a trace of are its own: another daemon's (its shim alive or not) is left alone.
     let traces = Traces::read(&state.join("shims"));
     let mut findings = Vec::new();
-    for ((path, id), dirs) in unknown {
+    for ((path, owner), dirs) in unknown {
         let fresh = dirs
             .iter()
             .any(|d| d.metadata().and_then(|m| m.modified()).map_or(true, |t| t > cutoff));
-        if fresh || !traces.has(&id) {
+        if fresh || !traces.has(&owner) {
             continue;
         }
         // Recorded since the records were read: a create that got there first.
-        if recorded(store, &id)? {
+        if recorded(store, &owner)? {
             continue;
         }
         let pids = procs(&dirs);
@@ -97,22 +104,30 @@ impl Traces {
         }
     }
 
-    fn has(&self, id: &str) -> bool {
-        self.pods.contains(&id[..32]) || self.containers.contains(id)
+    fn has(&self, owner: &Owner) -> bool {
+        match owner {
+            Owner::Shim(pod) => self.pods.contains(pod),
+            Owner::Member(id) => self.pods.contains(&id[..32]) || self.containers.contains(id),
+        }
     }
 }
 
-/// Whether a pod or container `id` has a record now (for a shim's 32 hex digits: its pod).
-fn recorded(store: &Store, id: &str) -> Result<bool, store::Error> {
-    if id.len() == 32 {
-        return Ok(store.list::<SandboxRecord>()?.iter().any(|s| s.id.starts_with(id)));
+/// Whether the owner of a cgroup has a record now (a shim: its pod).
+fn recorded(store: &Store, owner: &Owner) -> Result<bool, store::Error> {
+    match owner {
+        Owner::Shim(pod) => Ok(store
+            .list::<SandboxRecord>()?
+            .iter()
+            .any(|s| s.id.starts_with(pod.as_str()))),
+        Owner::Member(id) => {
+            Ok(store.get::<SandboxRecord>(id)?.is_some() || store.get::<ContainerRecord>(id)?.is_some())
+        }
     }
-    Ok(store.get::<SandboxRecord>(id)?.is_some() || store.get::<ContainerRecord>(id)?.is_some())
 }
 
-/// Every `scute-<id>` cgroup whose id is not `known`, by its path below the hierarchies' roots
-/// and its id, with its directory in each hierarchy that has it.
-fn unknown_cgroups(known: &HashSet<String>) -> BTreeMap<(String, String), Vec<PathBuf>> {
+/// Every scute cgroup whose owner is not `known`, by its path below the hierarchies' roots and
+/// its owner, with its directory in each hierarchy that has it.
+fn unknown_cgroups(known: &HashSet<Owner>) -> BTreeMap<(String, Owner), Vec<PathBuf>> {
     let mut found = BTreeMap::new();
     for root in hierarchies() {
         walk(&root, &root, 0, known, &mut found);
@@ -142,8 +157,8 @@ fn walk(
     root: &Path,
     dir: &Path,
     depth: usize,
-    known: &HashSet<String>,
-    found: &mut BTreeMap<(String, String), Vec<PathBuf>>,
+    known: &HashSet<Owner>,
+    found: &mut BTreeMap<(String, Owner), Vec<PathBuf>>,
 ) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -153,11 +168,11 @@ fn walk(
             continue;
         }
         let path = entry.path();
-        match member_id(&entry.file_name().to_string_lossy()) {
-            Some(id) if !known.contains(id) => {
+        match Owner::of(&entry.file_name().to_string_lossy()) {
+            Some(owner) if !known.contains(&owner) => {
                 let below = path.strip_prefix(root).unwrap_or(&path);
                 found
-                    .entry((format!("/{}", below.display()), id.to_string()))
+                    .entry((format!("/{}", below.display()), owner))
                     .or_default()
                     .push(path);
             }
@@ -165,17 +180,6 @@ fn walk(
             None if depth < MAX_DEPTH => walk(root, &path, depth + 1, known, found),
             None => {}
         }
-    }
-}
-
-/// The ID in a pod member's cgroup name (`crate::cgroups` makes them), if it is one: 64 hex
-/// digits, or 32 for a pod's shim.
-fn member_id(name: &str) -> Option<&str> {
-    let name = name.strip_suffix(".scope").unwrap_or(name);
-    let hex = |id: &str, len: usize| id.len() == len && id.bytes().all(|b| b.is_ascii_hexdigit());
-    match name.strip_prefix("scute-shim-") {
-        Some(id) => hex(id, 32).then_some(id),
-        None => name.strip_prefix("scute-").filter(|id| hex(id, 64)),
     }
 }
 
@@ -222,22 +226,4 @@ fn remove(dirs: &[PathBuf], detail: &mut String) -> bool {
         }
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_pod_members_names_are_scutes() {
-        let id = "ab".repeat(32);
-        assert_eq!(member_id(&format!("scute-{id}")), Some(id.as_str()));
-        assert_eq!(member_id(&format!("scute-{id}.scope")), Some(id.as_str()));
-        assert_eq!(member_id(&format!("scute-shim-{}", &id[..32])), Some(&id[..32]));
-        assert_eq!(member_id(&format!("scute-shim-{}.scope", &id[..32])), Some(&id[..32]));
-        assert_eq!(member_id(&format!("scute-shim-{id}")), None);
-        for other in ["scute", "scute-abc", "kubepods", &format!("cri-containerd-{id}.scope")] {
-            assert_eq!(member_id(other), None, "{other}");
-        }
-    }
 }

@@ -146,7 +146,8 @@ pub(super) fn check_terminal(bundle: &Path, tty: bool) -> Result<(), ApiError> {
 
 /// The helper's part of UpdateResources: the container's cgroup manager, as libcontainer made it
 /// at creation (libcgroups: v1, or v2 on a unified host), applies `resources` (whose devices were
-/// cleared); under systemd, the shim writes what the manager has no unit property for. Device rules: on v2 they are one eBPF program that every apply replaces, built from
+/// cleared); under systemd, the shim writes what the manager has no unit property for. Device
+/// rules: on v2 they are one eBPF program that every apply replaces, built from
 /// the given rules plus libcgroups' defaults, so the container's own rules (its bundle's, exactly
 /// what creation applied) go along and the new program allows what the old one did. On v1 they
 /// are left out: re-writing them would start with the spec's deny-all and refuse every device for
@@ -155,7 +156,7 @@ pub(super) fn update_cgroup(id: &str, dir: &Path, mut resources: LinuxResources)
     let container = Container::load(dir.to_path_buf()).map_err(|e| ApiError::internal(chain(&e)))?;
     let cgroup_path = container.spec().map_err(|e| ApiError::internal(chain(&e)))?.cgroup_path;
     let manager = create_cgroup_manager(CgroupConfig {
-        cgroup_path,
+        cgroup_path: cgroup_path.clone(),
         systemd_cgroup: container.systemd(),
         container_name: id.to_owned(),
     })
@@ -181,7 +182,7 @@ pub(super) fn update_cgroup(id: &str, dir: &Path, mut resources: LinuxResources)
         let pid = container
             .pid()
             .ok_or_else(|| ApiError::internal(format!("container {id} has no process")))?;
-        crate::systemd_scope::update(id, pid.as_raw(), container.bundle(), &resources)
+        crate::systemd_scope::update(id, pid.as_raw(), &cgroup_path, &resources)
             .map_err(|e| ApiError::internal(format!("container {id}: {e}")))?;
     }
     Ok(())
