@@ -950,6 +950,24 @@ async fn embedded_pause_image_and_image_fs_info() {
     );
     assert!(inodes(&after) > inodes(&before));
     assert_eq!(after.container_filesystems.len(), 1);
+    // Asked again with nothing changed: the same figures (the walk is reused).
+    assert_eq!(used(&fs_info().await), used(&after));
+    // Removed: its blobs and snapshot go, and the next answer says so at once.
+    daemon
+        .images()
+        .await
+        .remove_image(api::RemoveImageRequest {
+            image: spec("registry.k8s.io/e2e-test-images/fs:1"),
+        })
+        .await
+        .unwrap();
+    let removed = fs_info().await;
+    assert!(
+        used(&removed) + (4 << 20) <= used(&after),
+        "{} -> {}",
+        used(&after),
+        used(&removed)
+    );
 
     // The same ID at every start: the image is built deterministically.
     let mut daemon = daemon;

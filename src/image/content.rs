@@ -5,6 +5,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest as _, Sha256};
 
@@ -13,6 +14,8 @@ use crate::distribution::digest::Digest;
 pub struct ContentStore {
     blobs: PathBuf,
     ingest: PathBuf,
+    /// Counts the blobs put in and taken out, for [`ContentStore::changes`].
+    changes: AtomicU64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,12 +50,23 @@ impl ContentStore {
         let store = ContentStore {
             blobs: root.join("blobs/sha256"),
             ingest: root.join("ingest"),
+            changes: AtomicU64::new(0),
         };
         fs::create_dir_all(&store.blobs).map_err(io_err(&store.blobs))?;
         // Private images' layers are readable by root only.
         fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o700)).map_err(io_err(root))?;
         fs::create_dir_all(&store.ingest).map_err(io_err(&store.ingest))?;
         Ok(store)
+    }
+
+    /// How many times a blob went in or out so far: what the store holds changed when this did
+    /// (partial downloads growing aside).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
     }
 
     pub fn blob_path(&self, digest: &Digest) -> PathBuf {
@@ -97,6 +111,7 @@ impl ContentStore {
         file.write_all(bytes).map_err(io_err(&tmp))?;
         file.sync_all().map_err(io_err(&tmp))?;
         fs::rename(&tmp, self.blob_path(expected)).map_err(io_err(&tmp))?;
+        self.changed();
         // The rename is durable once the blobs directory is: before any record names the blob.
         scute_sys::files::sync_dir(&self.blobs).map_err(io_err(&self.blobs))?;
         Ok(())
@@ -146,6 +161,7 @@ impl ContentStore {
 
     pub fn delete(&self, digest: &Digest) -> Result<(), ContentError> {
         let path = self.blob_path(digest);
+        self.changed();
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -168,6 +184,7 @@ impl ContentStore {
         }
         let size = file.metadata().map_err(io_err(path))?.len();
         if remove {
+            self.changed();
             fs::remove_file(path).map_err(io_err(path))?;
         }
         Ok(Some(size))
@@ -292,6 +309,7 @@ impl Ingest {
         }
         self.file.sync_all().map_err(io_err(&self.path))?;
         fs::rename(&self.path, store.blob_path(expected)).map_err(io_err(&self.path))?;
+        store.changed();
         scute_sys::files::sync_dir(&store.blobs).map_err(io_err(&store.blobs))?;
         Ok(())
     }

@@ -110,6 +110,22 @@ pub struct ImageManager {
     content_root: PathBuf,
     snapshots_root: PathBuf,
     held_snapshots: HeldSnapshots,
+    /// The last walk of the two trees (ImageFsInfo), reused while nothing was put in or taken
+    /// out and for at most [`USAGE_MAX_AGE`].
+    usage: std::sync::Mutex<Option<UsageSample>>,
+}
+
+/// How long a walk of the image filesystem is reused while no blob or snapshot came or went
+/// (what a pull or an unpack in progress adds shows up after that): containerd's CRI plugin
+/// reports snapshot usage it collects every 10 s.
+const USAGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A walk of the image filesystem: its figures, when, and the stores' change counts it saw.
+struct UsageSample {
+    changes: (u64, u64),
+    taken: std::time::Instant,
+    bytes: u64,
+    inodes: u64,
 }
 
 /// The snapshot chains something above the image layer still uses (containers keep their
@@ -151,6 +167,7 @@ impl ImageManager {
             content_root,
             snapshots_root,
             held_snapshots: config.held_snapshots,
+            usage: std::sync::Mutex::new(None),
         })
     }
 
@@ -365,15 +382,34 @@ impl ImageManager {
         Ok(())
     }
 
-    /// Bytes and inodes used by the image filesystem (content + snapshots).
     pub fn content(&self) -> &ContentStore {
         &self.content
     }
 
+    /// Bytes and inodes used by the image filesystem (content + snapshots). A walk of both trees,
+    /// reused while no blob or snapshot came or went, for up to [`USAGE_MAX_AGE`]: every crictl
+    /// command asks once (the CRI client's connection check is an ImageFsInfo) and the kubelet
+    /// every few seconds, and the walk visits every file of every image.
     pub fn usage(&self) -> (u64, u64) {
+        // Read before the walk: a change during it makes the next call walk again.
+        let changes = (self.content.changes(), self.snapshots.changes());
+        let lock = || self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sample) = lock().as_ref() {
+            if sample.changes == changes && sample.taken.elapsed() < USAGE_MAX_AGE {
+                return (sample.bytes, sample.inodes);
+            }
+        }
+        let taken = std::time::Instant::now();
         let (b1, i1) = scute_sys::files::dir_usage(&self.content_root);
         let (b2, i2) = scute_sys::files::dir_usage(&self.snapshots_root);
-        (b1 + b2, i1 + i2)
+        let (bytes, inodes) = (b1 + b2, i1 + i2);
+        *lock() = Some(UsageSample {
+            changes,
+            taken,
+            bytes,
+            inodes,
+        });
+        (bytes, inodes)
     }
 }
 

@@ -16,6 +16,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -85,6 +86,8 @@ impl Record for SnapshotRecord {
 
 pub struct Snapshotter {
     root: PathBuf,
+    /// Counts the snapshots put in place and removed, for [`Snapshotter::changes`].
+    changes: AtomicU64,
 }
 
 /// A snapshot being unpacked; removed on drop unless committed.
@@ -112,6 +115,7 @@ impl Snapshotter {
     pub fn open(root: &Path) -> io::Result<Snapshotter> {
         let s = Snapshotter {
             root: root.to_path_buf(),
+            changes: AtomicU64::new(0),
         };
         // Layers hold setuid binaries and device nodes with any mode: only root may reach them
         // (made so, never open for a moment; an older scute's dir is tightened).
@@ -166,9 +170,16 @@ impl Snapshotter {
         let tally = Tally::of(&pending.fs())?;
         scute_sys::files::sync_filesystem(&pending.dir)?;
         fs::rename(&pending.dir, &target)?;
+        self.changes.fetch_add(1, Ordering::AcqRel);
         scute_sys::files::sync_dir(&self.root)?;
         pending.committed = true;
         Ok(tally)
+    }
+
+    /// How many times a snapshot was put in place or removed so far: the snapshots held changed
+    /// when this did (unpacks in progress aside).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// The tally of a committed snapshot's tree as it is now.
@@ -177,6 +188,7 @@ impl Snapshotter {
     }
 
     pub fn remove(&self, chain_id: &Digest) -> io::Result<()> {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         match fs::remove_dir_all(self.dir(chain_id)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
