@@ -149,7 +149,12 @@ fn wait_helper(child: Pid, what: &str, timeout: Duration, group: bool) -> Option
     loop {
         match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-            Ok(status) if exit_of(status).is_some() => return Some(status),
+            Ok(status) if exit_of(status).is_some() => {
+                if killed && group {
+                    until_group_exited(child, GROUP_EXIT_WAIT);
+                }
+                return Some(status);
+            }
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, "waiting for the libcontainer helper");
@@ -162,6 +167,33 @@ fn wait_helper(child: Pid, what: &str, timeout: Duration, group: bool) -> Option
         }
         std::thread::sleep(nap);
         nap = (nap * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// How long a killed helper's group is given to exit (CRIU at a dump's deadline).
+const GROUP_EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits, up to `limit`, until nothing of process group `pgid` is alive (zombies have exited).
+/// What the helper started, CRIU at a dump's deadline, is killed with it but exits on its own
+/// time, and the container's processes CRIU seized stay in a tracing stop until it has: the
+/// answer that the dump was stopped must not come before they run again. Its zombie is reaped
+/// later, by the event loop (the shim is the subreaper).
+fn until_group_exited(pgid: Pid, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let live = procfs::process::all_processes().map(|all| {
+            all.flatten()
+                .filter_map(|p| p.stat().ok())
+                .any(|s| s.pgrp == pgid.as_raw() && !matches!(s.state, 'Z' | 'X'))
+        });
+        match live {
+            Ok(true) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(true) => {
+                tracing::warn!(pgid = pgid.as_raw(), "a killed helper's process group is still alive");
+                return;
+            }
+            _ => return,
+        }
     }
 }
 
