@@ -258,7 +258,15 @@ pub fn remove_dirs(dir: &str) {
 /// outlasts the kill (a pod's pause cgroup was left behind so). runc retries the same way (5
 /// tries, 10 ms doubling: 310 ms at most). Any other error (ENOENT: gone already; ENOTEMPTY: a
 /// child cgroup, removed first by the callers) is left to them.
+///
+/// A systemd scope's cgroup is left to systemd, which removes it with the unit once it has read
+/// `populated 0` from the scope's cgroup.events on the kernel's notice. A rmdir before that read
+/// makes the read fail, and systemd then keeps the unit active, with no cgroup, for good (a
+/// shim's scope was left so in the VM node when systemd lagged the shim's exit).
 fn rmdir(dir: &Path) {
+    if is_scope(dir) {
+        return;
+    }
     let mut delay = std::time::Duration::from_millis(10);
     for _ in 0..5 {
         match std::fs::remove_dir(dir) {
@@ -272,6 +280,11 @@ fn rmdir(dir: &Path) {
     if let Err(e) = std::fs::remove_dir(dir) {
         tracing::warn!(cgroup = %dir.display(), error = %e, "cgroup still busy; left for the doctor");
     }
+}
+
+/// Whether `dir` is the cgroup of a systemd scope (`<name>.scope`), in any hierarchy.
+pub(crate) fn is_scope(dir: &Path) -> bool {
+    dir.extension().is_some_and(|e| e == "scope")
 }
 
 /// The cgroupfs path of the parent a pod member is in (the pod's own cgroup when the kubelet
@@ -348,6 +361,18 @@ pub fn check_driver(driver: CgroupDriver) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scopes_cgroup_is_left_to_systemd() {
+        let root = tempfile::tempdir().unwrap();
+        let (scope, plain) = (root.path().join("scute-x.scope"), root.path().join("scute-x"));
+        for dir in [&scope, &plain] {
+            std::fs::create_dir(dir).unwrap();
+            rmdir(dir);
+        }
+        assert!(scope.is_dir(), "systemd removes a scope's cgroup, never scute");
+        assert!(!plain.exists());
+    }
 
     #[test]
     fn only_the_names_scute_makes_have_an_owner() {

@@ -80,6 +80,15 @@ async fn pull(daemon: &Daemon, image: &str) -> Result<String, tonic::Status> {
         .map(|r| r.into_inner().image_ref)
 }
 
+async fn remove(daemon: &Daemon, image: &str) -> Result<(), tonic::Status> {
+    daemon
+        .images()
+        .await
+        .remove_image(api::RemoveImageRequest { image: spec(image) })
+        .await
+        .map(|_| ())
+}
+
 async fn status(daemon: &Daemon, image: &str) -> Option<api::Image> {
     daemon
         .images()
@@ -580,12 +589,7 @@ async fn list_status_and_remove_semantics() {
     // Removing by one tag removes the image with all its tags, and frees its snapshots.
     let dirs = snapshot_dirs(&daemon, &ids[0]).await;
     assert!(dirs[0].exists());
-    daemon
-        .images()
-        .await
-        .remove_image(api::RemoveImageRequest {
-            image: spec("gcr.io/k8s-staging-cri-tools/test-image-tags:2"),
-        })
+    remove(&daemon, "gcr.io/k8s-staging-cri-tools/test-image-tags:2")
         .await
         .unwrap();
     for tag in ["1", "2", "3"] {
@@ -607,20 +611,12 @@ async fn list_status_and_remove_semantics() {
         "never/pulled:1",
         &ids[0],
     ] {
-        daemon
-            .images()
-            .await
-            .remove_image(api::RemoveImageRequest { image: spec(name) })
+        remove(&daemon, name)
             .await
             .unwrap_or_else(|e| panic!("remove {name}: {e:?}"));
     }
     // Remove by ID works too.
-    daemon
-        .images()
-        .await
-        .remove_image(api::RemoveImageRequest { image: spec(&one) })
-        .await
-        .unwrap();
+    remove(&daemon, &one).await.unwrap();
     assert!(status(&daemon, &one).await.is_none());
 }
 
@@ -953,14 +949,7 @@ async fn embedded_pause_image_and_image_fs_info() {
     // Asked again with nothing changed: the same figures (the walk is reused).
     assert_eq!(used(&fs_info().await), used(&after));
     // Removed: its blobs and snapshot go, and the next answer says so at once.
-    daemon
-        .images()
-        .await
-        .remove_image(api::RemoveImageRequest {
-            image: spec("registry.k8s.io/e2e-test-images/fs:1"),
-        })
-        .await
-        .unwrap();
+    remove(&daemon, "registry.k8s.io/e2e-test-images/fs:1").await.unwrap();
     let removed = fs_info().await;
     assert!(
         used(&removed) + (4 << 20) <= used(&after),
@@ -1011,12 +1000,7 @@ async fn garbage_collection_spares_pulls_in_flight() {
     let churn = async {
         for _ in 0..5 {
             pull(&daemon, "registry.k8s.io/e2e-test-images/small:1").await.unwrap();
-            daemon
-                .images()
-                .await
-                .remove_image(api::RemoveImageRequest {
-                    image: spec("registry.k8s.io/e2e-test-images/small:1"),
-                })
+            remove(&daemon, "registry.k8s.io/e2e-test-images/small:1")
                 .await
                 .unwrap();
         }

@@ -2,8 +2,7 @@
 //! (`scute-shim-<32 hex of the pod's id>`, `.scope` under systemd), that no record knows: a crash
 //! between libcontainer making one and the record being written, or a removal cut short. An
 //! empty one only clutters the tree; one with processes is a container nothing can stop through
-//! the CRI. Repair thaws and kills what is inside, then removes the cgroup in
-//! every hierarchy.
+//! the CRI. Repair thaws and kills what is inside, then removes the cgroup in every hierarchy.
 //!
 //! Another scute on the host (a node of a test cluster, the tests' many daemons) uses the same
 //! names, and its pods' cgroups outlive their shims when those die: a cgroup is taken as this
@@ -217,6 +216,15 @@ fn remove(dirs: &[PathBuf], detail: &mut String) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     for dir in all {
+        // systemd removes an emptied scope's cgroup itself, and keeps the unit for good if the
+        // cgroup goes before it looked (crate::cgroups::rmdir): one still here after a while
+        // has no unit watching it.
+        if crate::cgroups::is_scope(&dir) {
+            let deadline = Instant::now() + KILL_WAIT;
+            while dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         match std::fs::remove_dir(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 detail.push_str(&format!("; removing {}: {e}", dir.display()));

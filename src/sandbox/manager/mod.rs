@@ -710,8 +710,8 @@ impl SandboxManager {
 }
 
 /// Removes what is left of the pod's cgroups once pause and the shim are gone: pause's, the
-/// shim's (cgroupfs: nobody else removes it; systemd's scope went with the shim) and the shared
-/// default parent if it is empty now.
+/// shim's (cgroupfs: nobody else removes them; systemd removes scopes itself, and they are left
+/// to it) and the shared default parent if it is empty now.
 fn remove_pod_cgroups(record: &SandboxRecord) {
     crate::cgroups::remove_dirs(&crate::cgroups::dir(&record.cgroups_path));
     crate::cgroups::remove_dirs(&crate::cgroups::dir(&crate::cgroups::shim_path(
