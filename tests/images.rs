@@ -466,6 +466,12 @@ async fn auth_with_basic_credentials() {
     .await
     .unwrap();
     assert!(status(&daemon, &to).await.is_some());
+    // Registry clients are kept between pulls (src/image/registry.rs), credentials and what they
+    // got are not: without alice's, the next pull is refused again.
+    remove(&daemon, &to).await.unwrap();
+    let err = pull_with(None).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    assert!(status(&daemon, &to).await.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

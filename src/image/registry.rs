@@ -119,8 +119,6 @@ impl Remote {
             if config.is_mirror || resolved_host != image.registry() {
                 reference.set_mirror_registry(resolved_host.clone());
             }
-            let client = Client::new(client_config(&config, &resolved_host)?);
-            let http = http_client(&config)?;
             // Credentials go to the registry they were given for, never to mirrors (containerd
             // does the same; a mirror must not collect a user's upstream password).
             let for_this_host = !config.is_mirror
@@ -133,6 +131,8 @@ impl Remote {
                 (Some(auth), true) => auth.clone(),
                 _ => RegistryAuth::Anonymous,
             };
+            let Clients { oci: client, http } =
+                clients(&config, &resolved_host, matches!(auth, RegistryAuth::Anonymous))?;
             endpoints.push(Endpoint {
                 config,
                 client,
@@ -502,25 +502,74 @@ fn read_cas(endpoint: &HostEndpoint) -> Result<Vec<Vec<u8>>, PullError> {
         .collect()
 }
 
-/// The manifest client: the settings `client_config` gives oci-client. Building one costs
-/// milliseconds (TLS roots), so one per TLS setting is kept for the daemon's life; the CA files
-/// are read at every pull, so a changed hosts.toml or CA gets a new client.
-fn http_client(endpoint: &HostEndpoint) -> Result<reqwest::Client, PullError> {
-    type Clients = std::collections::HashMap<(bool, Vec<Vec<u8>>), reqwest::Client>;
-    static CLIENTS: std::sync::OnceLock<std::sync::Mutex<Clients>> = std::sync::OnceLock::new();
-    let key = (endpoint.skip_verify, read_cas(endpoint)?);
-    let mut clients = CLIENTS
+/// The clients of one endpoint: oci-client's, and reqwest's for manifests (configured alike).
+#[derive(Clone)]
+struct Clients {
+    oci: Client,
+    http: reqwest::Client,
+}
+
+/// What makes two endpoints' clients the same: scheme, host and TLS settings.
+#[derive(PartialEq, Eq, Hash)]
+struct ClientsKey {
+    plain_http: bool,
+    resolved_host: String,
+    skip_verify: bool,
+    cas: Vec<Vec<u8>>,
+}
+
+/// Kept clients beyond this many are dropped all at once (each hosts.toml or CA change makes a
+/// new key; a node has a handful).
+const MAX_KEPT_CLIENTS: usize = 64;
+
+/// An endpoint's clients, kept for the daemon's life per scheme, host and TLS setting: building
+/// them loads and parses the system's TLS roots three times (reqwest's client, and oci-client's
+/// `Client::new`, which builds a default client it then replaces), about half of a small
+/// image's pull. The CA files are read at every pull, so a changed hosts.toml or CA gets new
+/// clients. oci-client's client keeps the credentials it was first used with and the tokens they
+/// got, so only an anonymous one is shared; a pull with credentials gets its own, dropped with
+/// the pull (containerd too keeps no credentials past a pull).
+fn clients(endpoint: &HostEndpoint, resolved_host: &str, anonymous: bool) -> Result<Clients, PullError> {
+    type Kept = std::collections::HashMap<ClientsKey, Clients>;
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
+    let cas = read_cas(endpoint)?;
+    let key = ClientsKey {
+        plain_http: endpoint.scheme == Scheme::Http,
+        resolved_host: resolved_host.to_string(),
+        skip_verify: endpoint.skip_verify,
+        cas,
+    };
+    let mut kept = KEPT
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    if let Some(client) = clients.get(&key) {
-        return Ok(client.clone());
+    let shared = match kept.get(&key) {
+        Some(shared) => shared.clone(),
+        None => {
+            let built = build_clients(endpoint, &key)?;
+            if kept.len() >= MAX_KEPT_CLIENTS {
+                kept.clear();
+            }
+            kept.insert(key, built.clone());
+            built
+        }
+    };
+    drop(kept);
+    if anonymous {
+        return Ok(shared);
     }
+    Ok(Clients {
+        oci: Client::new(client_config(endpoint, resolved_host, &read_cas(endpoint)?)),
+        http: shared.http,
+    })
+}
+
+fn build_clients(endpoint: &HostEndpoint, key: &ClientsKey) -> Result<Clients, PullError> {
     let mut roots = Vec::new();
-    for pem in &key.1 {
+    for pem in &key.cas {
         roots.push(reqwest::Certificate::from_pem(pem).map_err(|e| PullError::Config(format!("invalid CA: {e}")))?);
     }
-    let client = reqwest::Client::builder()
+    let http = reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(endpoint.skip_verify)
         .tls_certs_merge(roots)
         .connect_timeout(Duration::from_secs(30))
@@ -528,19 +577,21 @@ fn http_client(endpoint: &HostEndpoint) -> Result<reqwest::Client, PullError> {
         .user_agent(concat!("scute/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| PullError::Config(format!("registry client for {}: {e}", endpoint.host)))?;
-    clients.insert(key, client.clone());
-    Ok(client)
+    Ok(Clients {
+        oci: Client::new(client_config(endpoint, &key.resolved_host, &key.cas)),
+        http,
+    })
 }
 
-fn client_config(endpoint: &HostEndpoint, resolved_host: &str) -> Result<ClientConfig, PullError> {
-    let extra_root_certificates = read_cas(endpoint)?
-        .into_iter()
+fn client_config(endpoint: &HostEndpoint, resolved_host: &str, cas: &[Vec<u8>]) -> ClientConfig {
+    let extra_root_certificates = cas
+        .iter()
         .map(|data| oci_client::client::Certificate {
             encoding: oci_client::client::CertificateEncoding::Pem,
-            data,
+            data: data.clone(),
         })
         .collect();
-    Ok(ClientConfig {
+    ClientConfig {
         protocol: match endpoint.scheme {
             Scheme::Http => ClientProtocol::HttpsExcept(vec![resolved_host.to_string()]),
             Scheme::Https => ClientProtocol::Https,
@@ -551,7 +602,7 @@ fn client_config(endpoint: &HostEndpoint, resolved_host: &str) -> Result<ClientC
         read_timeout: Some(Duration::from_secs(60)),
         user_agent: concat!("scute/", env!("CARGO_PKG_VERSION")),
         ..ClientConfig::default()
-    })
+    }
 }
 
 /// `https://index.docker.io/v1/` → `index.docker.io`; `registry.k8s.io` stays.
