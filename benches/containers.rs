@@ -548,40 +548,33 @@ fn main() {
     registry.push_test_images();
     let image = format!("{}/e2e-test-images/busybox:1.29-2", registry.addr);
 
-    let mut results: Vec<(&'static str, Figures)> = Vec::new();
+    let mut results: Vec<(String, Figures)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     {
         let mut daemon = start_scute();
         println!(
-            "  scute      CNI conflist {} {} (unused: host network)",
-            daemon.network.bridge, daemon.network.subnet
+            "  {:<14} CNI conflist {} {} (unused: host network)",
+            "scute", daemon.network.bridge, daemon.network.subnet
         );
         let (figures, left) = bench(&mut daemon, sizes, &image);
         notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
-        results.push(("scute", figures));
+        results.push(("scute".into(), figures));
     }
-    match (which("containerd"), which("runc"), which("containerd-shim-runc-v2")) {
-        (Some(bin), Some(_), Some(_)) => {
-            let mut daemon = start_containerd(&bin, &registry.addr);
-            println!(
-                "  containerd CNI conflist {} {} (unused: host network)",
-                daemon.network.bridge, daemon.network.subnet
-            );
-            let (figures, left) = bench(&mut daemon, sizes, &image);
-            notes.extend(left.into_iter().map(|n| format!("containerd: {n}")));
-            results.push(("containerd", figures));
-        }
-        (None, _, _) => println!("(containerd not on PATH: scute figures only)"),
-        (Some(_), None, _) => {
-            println!("(runc not on PATH: containerd's io.containerd.runc.v2 needs it; scute figures only)")
-        }
-        (Some(_), _, None) => println!("(containerd-shim-runc-v2 not on PATH: scute figures only)"),
+    for anchor in &anchors() {
+        let mut daemon = start_containerd(anchor, &registry.addr);
+        println!(
+            "  {:<14} CNI conflist {} {} (unused: host network)",
+            anchor.label, daemon.network.bridge, daemon.network.subnet
+        );
+        let (figures, left) = bench(&mut daemon, sizes, &image);
+        notes.extend(left.into_iter().map(|n| format!("{}: {n}", anchor.label)));
+        results.push((anchor.label.clone(), figures));
     }
     drop(registry);
 
     println!();
     println!(
-        "{:<11} | {:>18} | {:>17} | {:>17} | {:>19} | {:>25} | {:>23}",
+        "{:<14} | {:>18} | {:>17} | {:>17} | {:>19} | {:>25} | {:>23}",
         "runtime",
         "create mean/p99 ms",
         "start mean/p99 ms",
@@ -590,23 +583,23 @@ fn main() {
         format!("shim RSS per pod ({density_pods} pods)"),
         format!("daemon RSS ({density_pods} pods)"),
     );
-    for (name, f) in results {
+    for (name, f) in &results {
         println!(
-            "{:<11} | {:>18} | {:>17} | {:>17} | {:>19} | {:>21.1} MiB | {:>19.1} MiB",
+            "{:<14} | {:>18} | {:>17} | {:>17} | {:>19} | {:>21.1} MiB | {:>19.1} MiB",
             name,
-            mean_p99(f.samples.create),
-            mean_p99(f.samples.start),
-            mean_p99(f.samples.stop),
-            mean_p99(f.samples.remove),
+            mean_p99(f.samples.create.clone()),
+            mean_p99(f.samples.start.clone()),
+            mean_p99(f.samples.stop.clone()),
+            mean_p99(f.samples.remove.clone()),
             f.shim_rss_kib / 1024.0,
             f.daemon_rss_kib as f64 / 1024.0,
         );
         println!(
-            "{:<11}   (shim: {:.1} process(es) per pod, pause and sleep not counted)",
+            "{:<14}   (shim: {:.1} process(es) per pod, pause and sleep not counted)",
             "", f.shim_procs_per_pod,
         );
         println!(
-            "{:<11}   density: {density_pods} pods with one container each running {:.1} s after they were asked for \
+            "{:<14}   density: {density_pods} pods with one container each running {:.1} s after they were asked for \
              at once; runtime memory {:.1} MiB (daemon {:.1} + shims {:.1})",
             "",
             f.density_start.as_secs_f64(),
@@ -615,28 +608,54 @@ fn main() {
             f.shims_rss_kib as f64 / 1024.0,
         );
         println!(
-            "{:<11}   {stats_containers} running containers: ListContainers mean/p99 {} ms, ListPodSandbox mean/p99 {} ms",
+            "{:<14}   {stats_containers} running containers: ListContainers mean/p99 {} ms, ListPodSandbox mean/p99 {} ms",
             "",
             mean_p99(f.list_containers.clone()),
             mean_p99(f.list_pods.clone()),
         );
         println!(
-            "{:<11}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods \
+            "{:<14}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods \
              (and the running one holding those containers): ListPodSandbox mean/p99 {} ms",
             "",
             mean_p99(f.list_containers_at_scale.clone()),
             mean_p99(f.list_pods_at_scale.clone()),
         );
         println!(
-            "{:<11}   {stats_containers} running containers: ListContainerStats mean/p99 {} ms, \
+            "{:<14}   {stats_containers} running containers: ListContainerStats mean/p99 {} ms, \
              ListPodSandboxStats mean/p99 {} ({STATS_CALLS} calls each)",
             "",
-            mean_p99(f.list_container_stats),
+            mean_p99(f.list_container_stats.clone()),
             f.list_pod_stats
-                .map(|s| format!("{} ms", mean_p99(s)))
+                .as_ref()
+                .map(|s| format!("{} ms", mean_p99(s.clone())))
                 .unwrap_or_else(|e| format!("n/a: {e}")),
         );
     }
+    let row = |parts: fn(&Samples) -> Vec<&Vec<Duration>>| -> Vec<(String, Duration)> {
+        results
+            .iter()
+            .map(|(n, f)| (n.clone(), parts(&f.samples).into_iter().map(|p| mean(p)).sum()))
+            .collect()
+    };
+    print_ratios(
+        "CreateContainer + StartContainer means",
+        &row(|s| vec![&s.create, &s.start]),
+    );
+    print_ratios(
+        "StopContainer + RemoveContainer means",
+        &row(|s| vec![&s.stop, &s.remove]),
+    );
+    print_ratios(
+        "container cycle (create + start + stop + remove means)",
+        &row(|s| vec![&s.create, &s.start, &s.stop, &s.remove]),
+    );
+    print_ratios(
+        &format!("ListContainers mean, {list_objects} created containers"),
+        &results
+            .iter()
+            .map(|(n, f)| (n.clone(), mean(&f.list_containers_at_scale)))
+            .collect::<Vec<_>>(),
+    );
     println!(
         "(target: StartContainer <= 15 ms; p99 of {cycles} samples is their maximum when fewer than 100; RSS = VmRSS)"
     );

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use scute::api::runtime_service_client::RuntimeServiceClient;
 use scute::api::{StatusRequest, VersionRequest};
 
+include!("common/anchors.rs");
+
 struct Subject {
-    name: &'static str,
+    name: String,
     child: Child,
     socket: PathBuf,
     _dir: tempfile::TempDir,
@@ -54,30 +56,24 @@ fn start_scute() -> Subject {
         .expect("start scute");
     wait_socket(&socket);
     Subject {
-        name: "scute",
+        name: "scute".into(),
         child,
         socket,
         _dir: dir,
     }
 }
 
-/// containerd with only its CRI plugin doing anything, in temp dirs.
-fn start_containerd() -> Option<Subject> {
-    let bin = which("containerd")?;
+/// An anchor (anchors.rs) in temp dirs, its CRI plugin with no network or registry config.
+fn start_containerd(anchor: &Anchor) -> Option<Subject> {
     let dir = tempfile::Builder::new().prefix("containerd-bench-").tempdir().unwrap();
     let socket = dir.path().join("containerd.sock");
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,
-        format!(
-            "version = 2\nroot = {:?}\nstate = {:?}\n[grpc]\naddress = {:?}\n",
-            dir.path().join("root"),
-            dir.path().join("state"),
-            socket
-        ),
+        containerd_config(anchor, dir.path(), &socket, &CriSettings::default()),
     )
     .unwrap();
-    let child = Command::new(bin)
+    let child = Command::new(&anchor.bin)
         .arg("--config")
         .arg(&config)
         .arg("--log-level")
@@ -88,7 +84,7 @@ fn start_containerd() -> Option<Subject> {
         .ok()?;
     wait_socket(&socket);
     Some(Subject {
-        name: "containerd",
+        name: anchor.label.clone(),
         child,
         socket,
         _dir: dir,
@@ -193,19 +189,16 @@ fn main() {
         .unwrap_or(if bench_mode { 2000 } else { 20 });
 
     let mut subjects = vec![start_scute()];
-    match start_containerd() {
-        Some(c) => subjects.push(c),
-        None => println!("(containerd not on PATH: scute figures only)"),
-    }
+    subjects.extend(anchors().iter().filter_map(start_containerd));
     println!("daemon benchmark: {calls} sequential calls per RPC over one connection");
     println!(
-        "{:<11} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "{:<14} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
         "runtime", "idle RSS", "RSS after", "Version p50", "Version p99", "Version mean", "Status p50", "Status p99"
     );
     for subject in &subjects {
         let f = runtime.block_on(measure(subject, calls));
         println!(
-            "{:<11} {:>7} KiB {:>8} KiB {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "{:<14} {:>7} KiB {:>8} KiB {:>12} {:>12} {:>12} {:>12} {:>12}",
             subject.name,
             f.idle_rss_kib,
             f.rss_after_kib,

@@ -19,10 +19,30 @@ use nix::unistd::Pid;
 use scute::api::image_service_client::ImageServiceClient;
 use scute::api::{ImageFsInfoRequest, ImageSpec, PullImageRequest, RemoveImageRequest};
 
-const LAYERS: u32 = 10;
-const FILES_PER_LAYER: u32 = 4;
-const LAYER_SIZE: &str = "20M";
-const REPO: &str = "bench/multilayer";
+/// A generated image: `layers` layers of `files` pseudo-random files, `layer_size` a layer.
+struct Shape {
+    /// The row's name, and the repository's.
+    name: &'static str,
+    layers: u32,
+    files: u32,
+    layer_size: &'static str,
+}
+
+/// Issue 21's image: about 200 MB, what a large application image is.
+const LARGE: Shape = Shape {
+    name: "200MB",
+    layers: 10,
+    files: 4,
+    layer_size: "20M",
+};
+/// About 1 MB in one layer, as most images a node pulls are small (busybox, pause, agnhost's
+/// base): here a pull's fixed costs, not its bytes, set the time.
+const SMALL: Shape = Shape {
+    name: "1MB",
+    layers: 1,
+    files: 4,
+    layer_size: "1M",
+};
 /// Bumped when the way the image is built changes, so stale caches are not reused.
 const CACHE_VERSION: u32 = 2;
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
@@ -67,8 +87,11 @@ fn kit(kit: &Path, args: &[&str]) -> String {
 }
 
 /// The OCI layout of the benchmark image, generated on first use and cached by its parameters.
-fn image_layout(kit_bin: &Path, compression: &str) -> PathBuf {
-    let key = format!("multilayer-v{CACHE_VERSION}-{LAYERS}x{FILES_PER_LAYER}files-{LAYER_SIZE}-{compression}");
+fn image_layout(kit_bin: &Path, shape: &Shape, compression: &str) -> PathBuf {
+    let key = format!(
+        "multilayer-v{CACHE_VERSION}-{}x{}files-{}-{compression}",
+        shape.layers, shape.files, shape.layer_size
+    );
     let cache_root = target_dir().join("bench-images");
     let layout = cache_root.join(&key);
     if layout.join(".complete").is_file() {
@@ -84,7 +107,7 @@ fn image_layout(kit_bin: &Path, compression: &str) -> PathBuf {
         .unwrap();
     let started = Instant::now();
     let mut args: Vec<String> = vec!["build".into()];
-    for i in 0..LAYERS {
+    for i in 0..shape.layers {
         let rootfs = work.path().join(format!("rootfs-{i}"));
         kit(
             kit_bin,
@@ -93,9 +116,9 @@ fn image_layout(kit_bin: &Path, compression: &str) -> PathBuf {
                 "--out",
                 rootfs.to_str().unwrap(),
                 "--files",
-                &FILES_PER_LAYER.to_string(),
+                &shape.files.to_string(),
                 "--size",
-                LAYER_SIZE,
+                shape.layer_size,
                 "--seed",
                 &i.to_string(),
             ],
@@ -185,9 +208,11 @@ fn free_port() -> u16 {
         .port()
 }
 
+include!("common/anchors.rs");
+
 /// A daemon (scute or containerd) in its own temp dir.
 struct Subject {
-    name: &'static str,
+    name: String,
     child: Option<Child>,
     socket: PathBuf,
     /// What the daemon stores images under (measured after RemoveImage).
@@ -310,7 +335,7 @@ fn start_scute() -> Subject {
         .spawn()
         .expect("start scute");
     let mut subject = Subject {
-        name: "scute",
+        name: "scute".into(),
         child: Some(child),
         socket,
         root,
@@ -321,14 +346,14 @@ fn start_scute() -> Subject {
     subject
 }
 
-/// containerd with its CRI plugin, in temp dirs, sending `registry` to plain HTTP via hosts.toml.
-fn start_containerd(bin: &Path, registry: &str) -> Subject {
+/// An anchor (anchors.rs) with its CRI plugin, in temp dirs, sending `registry` to plain HTTP via
+/// hosts.toml.
+fn start_containerd(anchor: &Anchor, registry: &str) -> Subject {
     let dir = tempfile::Builder::new()
         .prefix("containerd-bench-pull-")
         .tempdir()
         .unwrap();
     let root = dir.path().join("root");
-    let state = dir.path().join("state");
     let socket = dir.path().join("containerd.sock");
     let certs = dir.path().join("certs.d");
     let net = dir.path().join("net.d");
@@ -342,38 +367,15 @@ fn start_containerd(bin: &Path, registry: &str) -> Subject {
     )
     .unwrap();
     let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"version = 2
-root = {root:?}
-state = {state:?}
-# Nothing here needs these; "opt" would otherwise install into /opt/containerd.
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
-
-[grpc]
-  address = {socket:?}
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-  conf_dir = {net:?}
-
-[plugins."io.containerd.grpc.v1.cri".registry]
-  config_path = {certs:?}
-"#
-        ),
-    )
-    .unwrap();
+    let cri = CriSettings {
+        net: Some(&net),
+        certs: Some(&certs),
+        pause: None,
+    };
+    std::fs::write(&config, containerd_config(anchor, dir.path(), &socket, &cri)).unwrap();
     let log = dir.path().join("containerd.log");
     let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(bin)
+    let child = Command::new(&anchor.bin)
         .arg("--config")
         .arg(&config)
         .args(["--log-level", "warn"])
@@ -383,7 +385,7 @@ disabled_plugins = [
         .spawn()
         .expect("start containerd");
     let mut subject = Subject {
-        name: "containerd",
+        name: anchor.label.clone(),
         child: Some(child),
         socket,
         root,
@@ -415,6 +417,25 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A process's user + system CPU time, from /proc/<pid>/stat (clock ticks).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // "pid (comm) state ...": utime and stime are the 12th and 13th fields after comm.
+    let after = stat.rfind(')').map(|i| &stat[i + 2..]).unwrap_or("");
+    let fields: Vec<u64> = after
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let ticks: u64 = fields.iter().sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
 /// Bytes of regular files under `dir` (not following symlinks).
 fn disk_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
@@ -429,6 +450,8 @@ fn disk_bytes(dir: &Path) -> u64 {
 }
 
 struct Figures {
+    /// The daemon's CPU time (user + system) over every pull and removal.
+    cpu: Duration,
     first: Duration,
     repeated: Vec<Duration>,
     idle_rss_kib: u64,
@@ -471,6 +494,7 @@ async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_rss_kib = proc_status_kib(subject.pid(), "VmRSS");
+    let cpu_before = cpu_time(subject.pid());
 
     let mut times = Vec::with_capacity(repeats + 1);
     let mut on_disk_pulled = 0;
@@ -502,14 +526,18 @@ async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
         if run == 0 {
             on_disk_pulled = disk_bytes(&subject.root);
         }
-        println!(
-            "  {:<10} pull {}: {:.3} s{}",
-            subject.name,
-            run + 1,
-            took.as_secs_f64(),
-            if run == 0 { " (cold)" } else { "" }
-        );
     }
+    let cpu = cpu_time(subject.pid()) - cpu_before;
+    println!(
+        "  {:<14} pulls (s): {}",
+        subject.name,
+        times
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("{:.3}{}", t.as_secs_f64(), if i == 0 { " (cold)" } else { "" }))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     // Peak RSS over the daemon's whole life so far: start, idle, every pull and removal.
     let peak_rss_kib = proc_status_kib(subject.pid(), "VmHWM");
     // What it keeps once the pulls are over (issue 21's goal: 16 MiB within 10 s).
@@ -517,6 +545,7 @@ async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
     let settled_rss_kib = proc_status_kib(subject.pid(), "VmRSS");
     let first = times.remove(0);
     Figures {
+        cpu,
         first,
         repeated: times,
         idle_rss_kib,
@@ -546,19 +575,26 @@ fn main() {
         .filter(|c| !c.is_empty())
         .collect();
 
+    let small_repeats: usize = std::env::var("SCUTE_BENCH_SMALL_PULLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if bench_mode { 20 } else { 1 })
+        .max(1);
+    let mut variants: Vec<(&Shape, String, usize)> =
+        compressions.iter().map(|c| (&LARGE, c.clone(), repeats)).collect();
+    variants.push((&SMALL, "gzip".into(), small_repeats));
+
     let kit_bin = imagekit();
     let registry = Registry::start();
-    let containerd = which("containerd");
-    if containerd.is_none() {
-        println!("(containerd not on PATH: scute figures only)");
-    }
+    let anchors = anchors();
 
     // (image variant, runtime, compressed MB, figures)
-    let mut results: Vec<(String, &'static str, u64, Figures)> = Vec::new();
-    for compression in &compressions {
-        let layout = image_layout(&kit_bin, compression);
+    let mut results: Vec<(String, String, u64, Figures)> = Vec::new();
+    for (shape, compression, repeats) in &variants {
+        let layout = image_layout(&kit_bin, shape, compression);
         let (layer_count, compressed) = layer_sizes(&layout);
-        let image = format!("{}/{REPO}:{compression}", registry.addr);
+        let image = format!("{}/bench/{}:{compression}", registry.addr, shape.name.to_lowercase());
+        let variant = format!("{} {compression}", shape.name);
         kit(
             &kit_bin,
             &[
@@ -571,22 +607,25 @@ fn main() {
             ],
         );
         println!(
-            "image: {image}: {layer_count} {compression} layers, {:.1} MB compressed; 1 cold pull + {repeats} × (RemoveImage, PullImage) per runtime, each on a fresh daemon",
+            "image: {image}: {layer_count} {compression} layer(s), {:.1} MB compressed; 1 cold pull + {repeats} × (RemoveImage, PullImage) per runtime, each on a fresh daemon",
             mb(compressed)
         );
         {
             let subject = start_scute();
-            let figures = measure_on(&subject, &image, repeats);
-            results.push((compression.clone(), subject.name, compressed, figures));
+            let figures = measure_on(&subject, &image, *repeats);
+            results.push((variant.clone(), subject.name.clone(), compressed, figures));
         }
-        if let Some(bin) = &containerd {
-            let mut subject = start_containerd(bin, &registry.addr);
-            let figures = measure_on(&subject, &image, repeats);
-            results.push((compression.clone(), subject.name, compressed, figures));
+        for anchor in &anchors {
+            let mut subject = start_containerd(anchor, &registry.addr);
+            let figures = measure_on(&subject, &image, *repeats);
+            results.push((variant.clone(), subject.name.clone(), compressed, figures));
             subject.stop();
             let left = mounts_under(subject.dir.path());
             if !left.is_empty() {
-                println!("note: containerd left mounts under its temp dir (unmounted): {left:?}");
+                println!(
+                    "note: {} left mounts under its temp dir (unmounted): {left:?}",
+                    anchor.label
+                );
             }
         }
     }
@@ -594,34 +633,37 @@ fn main() {
 
     println!();
     println!(
-        "{:<6} {:<11} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>13}",
-        "format",
+        "{:<10} {:<14} {:>9} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10} {:>11} {:>11} {:>13}",
+        "image",
         "runtime",
         "first s",
         "best s",
         "median s",
         "MB/s first",
         "MB/s best",
+        "CPU s/GB",
         "peak RSS",
         "idle RSS",
         "RSS +10 s",
         "disk pulled",
         "disk after rm"
     );
-    for (compression, name, compressed, f) in &results {
+    for (variant, name, compressed, f) in &results {
         let mut sorted = f.repeated.clone();
         sorted.sort();
         let best = sorted[0];
         let median = sorted[sorted.len() / 2];
+        let pulled_gb = *compressed as f64 * (f.repeated.len() + 1) as f64 / 1e9;
         println!(
-            "{:<6} {:<11} {:>9.3} {:>8.3} {:>9.3} {:>10.1} {:>10.1} {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>8.1} MB {:>10.1} MB",
-            compression,
+            "{:<10} {:<14} {:>9.3} {:>8.3} {:>9.3} {:>10.1} {:>10.1} {:>9.2} {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>8.1} MB {:>10.1} MB",
+            variant,
             name,
             f.first.as_secs_f64(),
             best.as_secs_f64(),
             median.as_secs_f64(),
             mb(*compressed) / f.first.as_secs_f64(),
             mb(*compressed) / best.as_secs_f64(),
+            f.cpu.as_secs_f64() / pulled_gb,
             f.peak_rss_kib as f64 / 1024.0,
             f.idle_rss_kib as f64 / 1024.0,
             f.settled_rss_kib as f64 / 1024.0,
@@ -630,8 +672,25 @@ fn main() {
         );
     }
     println!(
-        "(first = the cold pull on a fresh daemon; best/median over the {repeats} pulls after RemoveImage; MB/s = compressed MB / wall s; \
-         peak RSS = VmHWM over the daemon's life; RSS +10 s = VmRSS 10 s after the last pull; disk = regular-file bytes under the \
-         daemon's root after the cold pull / after the last RemoveImage)"
+        "(first = the cold pull on a fresh daemon; best/median over the pulls after RemoveImage ({repeats} of 200MB, \
+         {small_repeats} of 1MB); MB/s = compressed MB / wall s; CPU s/GB = the daemon's user + system CPU over every pull \
+         and removal per compressed GB pulled (containerd's unpack runs in the daemon too); peak RSS = VmHWM over the \
+         daemon's life; RSS +10 s = VmRSS 10 s after the last pull; disk = regular-file bytes under the daemon's root \
+         after the cold pull / after the last RemoveImage)"
     );
+    for (_, variant, _) in variants
+        .iter()
+        .map(|(shape, c, r)| (shape, format!("{} {c}", shape.name), r))
+    {
+        let medians: Vec<(String, Duration)> = results
+            .iter()
+            .filter(|(v, ..)| *v == variant)
+            .map(|(_, name, _, f)| {
+                let mut sorted = f.repeated.clone();
+                sorted.sort();
+                (name.clone(), sorted[sorted.len() / 2])
+            })
+            .collect();
+        print_ratios(&format!("{variant} pull, median after RemoveImage"), &medians);
+    }
 }

@@ -227,44 +227,38 @@ fn main() {
          (CNI bridge + host-local + portmap), then {RSS_PODS} pods at once for RSS"
     );
 
-    let mut results: Vec<(&'static str, Figures)> = Vec::new();
+    let mut results: Vec<(String, Figures)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     {
         let mut daemon = start_scute();
         println!(
-            "  scute      network {} {}",
-            daemon.network.bridge, daemon.network.subnet
+            "  {:<14} network {} {}",
+            "scute", daemon.network.bridge, daemon.network.subnet
         );
         let (figures, left) = bench(&mut daemon, cycles, None);
         notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
-        results.push(("scute", figures));
+        results.push(("scute".into(), figures));
     }
-    match (which("containerd"), which("runc"), which("containerd-shim-runc-v2")) {
-        (Some(bin), Some(_), Some(_)) => {
-            let registry = Registry::start();
-            registry.push_test_images();
-            let pause = format!("{}/pause:3.10", registry.addr);
-            let mut daemon = start_containerd(&bin, &registry.addr);
+    let anchors = anchors();
+    if !anchors.is_empty() {
+        let registry = Registry::start();
+        registry.push_test_images();
+        let pause = format!("{}/pause:3.10", registry.addr);
+        for anchor in &anchors {
+            let mut daemon = start_containerd(anchor, &registry.addr);
             println!(
-                "  containerd network {} {}",
-                daemon.network.bridge, daemon.network.subnet
+                "  {:<14} network {} {}",
+                anchor.label, daemon.network.bridge, daemon.network.subnet
             );
             let (figures, left) = bench(&mut daemon, cycles, Some(&pause));
-            notes.extend(left.into_iter().map(|n| format!("containerd: {n}")));
-            results.push(("containerd", figures));
-            drop(daemon);
-            drop(registry);
+            notes.extend(left.into_iter().map(|n| format!("{}: {n}", anchor.label)));
+            results.push((anchor.label.clone(), figures));
         }
-        (None, _, _) => println!("(containerd not on PATH: scute figures only)"),
-        (Some(_), None, _) => {
-            println!("(runc not on PATH: containerd's io.containerd.runc.v2 needs it; scute figures only)")
-        }
-        (Some(_), _, None) => println!("(containerd-shim-runc-v2 not on PATH: scute figures only)"),
     }
 
     println!();
     println!(
-        "{:<11} | {:>17} | {:>17} | {:>19} | {:>16} | {:>23}",
+        "{:<14} | {:>17} | {:>17} | {:>19} | {:>16} | {:>23}",
         "runtime",
         "run mean/p99 ms",
         "stop mean/p99 ms",
@@ -272,18 +266,18 @@ fn main() {
         "shim RSS per pod",
         "daemon RSS with 10 pods"
     );
-    for (name, f) in results {
+    for (name, f) in &results {
         println!(
-            "{:<11} | {:>17} | {:>17} | {:>19} | {:>12.1} MiB | {:>19.1} MiB",
+            "{:<14} | {:>17} | {:>17} | {:>19} | {:>12.1} MiB | {:>19.1} MiB",
             name,
-            mean_p99(f.samples.run),
-            mean_p99(f.samples.stop),
-            mean_p99(f.samples.remove),
+            mean_p99(f.samples.run.clone()),
+            mean_p99(f.samples.stop.clone()),
+            mean_p99(f.samples.remove.clone()),
             f.shim_rss_kib / 1024.0,
             f.daemon_rss_kib as f64 / 1024.0,
         );
         println!(
-            "{:<11}   (shim: {:.1} process(es) per pod, PSS {:.1} MiB per pod; daemon idle RSS before the pods {:.1} MiB)",
+            "{:<14}   (shim: {:.1} process(es) per pod, PSS {:.1} MiB per pod; daemon idle RSS before the pods {:.1} MiB)",
             "",
             f.shim_procs_per_pod,
             f.shim_pss_kib / 1024.0,
@@ -291,6 +285,21 @@ fn main() {
         );
     }
     println!("(p99 of {cycles} samples is their maximum when fewer than 100; RSS = VmRSS, PSS from smaps_rollup)");
+    let row = |parts: fn(&Samples) -> Vec<&Vec<Duration>>| -> Vec<(String, Duration)> {
+        results
+            .iter()
+            .map(|(n, f)| (n.clone(), parts(&f.samples).into_iter().map(|p| mean(p)).sum()))
+            .collect()
+    };
+    print_ratios("RunPodSandbox mean", &row(|s| vec![&s.run]));
+    print_ratios(
+        "StopPodSandbox + RemovePodSandbox means",
+        &row(|s| vec![&s.stop, &s.remove]),
+    );
+    print_ratios(
+        "pod cycle (run + stop + remove means)",
+        &row(|s| vec![&s.run, &s.stop, &s.remove]),
+    );
     for note in &notes {
         println!("note: {note}");
     }

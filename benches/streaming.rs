@@ -635,45 +635,38 @@ fn main() {
     registry.push_test_images();
     let image = format!("{}/e2e-test-images/busybox:1.29-2", registry.addr);
 
-    let mut results: Vec<(&'static str, Figures)> = Vec::new();
+    let mut results: Vec<(String, Figures)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     {
         let mut daemon = start_scute();
         println!(
-            "  scute      CNI conflist {} {} (unused: host network)",
-            daemon.network.bridge, daemon.network.subnet
+            "  {:<14} CNI conflist {} {} (unused: host network)",
+            "scute", daemon.network.bridge, daemon.network.subnet
         );
         let (figures, left) = bench(&mut daemon, sessions, downloads, &image);
         notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
-        results.push(("scute", figures));
+        results.push(("scute".into(), figures));
     }
-    match (which("containerd"), which("runc"), which("containerd-shim-runc-v2")) {
-        (Some(bin), Some(_), Some(_)) => {
-            let mut daemon = start_containerd(&bin, &registry.addr);
-            println!(
-                "  containerd CNI conflist {} {} (unused: host network)",
-                daemon.network.bridge, daemon.network.subnet
-            );
-            let (figures, left) = bench(&mut daemon, sessions, downloads, &image);
-            notes.extend(left.into_iter().map(|n| format!("containerd: {n}")));
-            results.push(("containerd", figures));
-        }
-        (None, _, _) => println!("(containerd not on PATH: scute figures only)"),
-        (Some(_), None, _) => {
-            println!("(runc not on PATH: containerd's io.containerd.runc.v2 needs it; scute figures only)")
-        }
-        (Some(_), _, None) => println!("(containerd-shim-runc-v2 not on PATH: scute figures only)"),
+    for anchor in &anchors() {
+        let mut daemon = start_containerd(anchor, &registry.addr);
+        println!(
+            "  {:<14} CNI conflist {} {} (unused: host network)",
+            anchor.label, daemon.network.bridge, daemon.network.subnet
+        );
+        let (figures, left) = bench(&mut daemon, sessions, downloads, &image);
+        notes.extend(left.into_iter().map(|n| format!("{}: {n}", anchor.label)));
+        results.push((anchor.label.clone(), figures));
     }
     drop(registry);
 
     println!();
     println!(
-        "{:<11} | {:>27} | {:>6} | {:>8} | {:>10} | {:>10} | {:>12}",
+        "{:<14} | {:>27} | {:>6} | {:>8} | {:>10} | {:>10} | {:>12}",
         "exec", "RPC -> status mean/p99 ms", "p50 ms", "RPC ms", "upgrade ms", "streams ms", "to status ms"
     );
     for (name, f) in &results {
         println!(
-            "{:<11} | {:>27} | {:>6.1} | {:>8.2} | {:>10.2} | {:>10.2} | {:>12.2}",
+            "{:<14} | {:>27} | {:>6.1} | {:>8.2} | {:>10.2} | {:>10.2} | {:>12.2}",
             name,
             mean_p99(f.exec.iter().map(|t| t.status).collect()),
             p50_ms(f.exec.iter().map(|t| t.status).collect()),
@@ -686,7 +679,7 @@ fn main() {
     println!("(the four last columns are means of the session's phases; p99 of {sessions} samples is their maximum when fewer than 100)");
     println!();
     println!(
-        "{:<11} | {:>16} | {:>8} | {:>13} | {:>15} | {:>22} | {:>13}",
+        "{:<14} | {:>16} | {:>8} | {:>13} | {:>15} | {:>22} | {:>13}",
         "port-fwd",
         format!("{} MB median", FILE_BYTES / 1_000_000),
         "MB/s",
@@ -700,7 +693,7 @@ fn main() {
         by_time.sort_by_key(|d| d.body);
         let median = by_time[by_time.len() / 2];
         println!(
-            "{:<11} | {:>14.2} s | {:>8.0} | {:>13.1} | {:>15.1} | {:>19.1} ms | {:>9.1} MiB",
+            "{:<14} | {:>14.2} s | {:>8.0} | {:>13.1} | {:>15.1} | {:>19.1} ms | {:>9.1} MiB",
             name,
             median.body.as_secs_f64(),
             FILE_BYTES as f64 / 1e6 / median.body.as_secs_f64(),

@@ -3,6 +3,8 @@
 // containerd daemons in temp dirs, a local registry, CNI networks, host-state snapshots that
 // prove nothing was left behind, and latency/RSS helpers.
 
+include!("anchors.rs");
+
 const RPC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Where containerd's CRI plugin pins pod network namespaces (not configurable in 1.6).
@@ -336,6 +338,8 @@ enum Kind {
 
 struct Daemon {
     kind: Kind,
+    /// The row's name: "scute", or the anchor's ("containerd 2.3").
+    label: String,
     child: Option<Child>,
     socket: PathBuf,
     log: PathBuf,
@@ -348,11 +352,8 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn name(&self) -> &'static str {
-        match self.kind {
-            Kind::Scute => "scute",
-            Kind::Containerd => "containerd",
-        }
+    fn name(&self) -> &str {
+        &self.label
     }
 
     fn pid(&self) -> u32 {
@@ -377,8 +378,10 @@ impl Daemon {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn spawn(
         kind: Kind,
+        label: String,
         bin: &Path,
         args: &[&std::ffi::OsStr],
         dir: tempfile::TempDir,
@@ -397,6 +400,7 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
         let mut daemon = Daemon {
             kind,
+            label,
             child: Some(child),
             socket,
             log,
@@ -572,6 +576,7 @@ fn start_scute() -> Daemon {
     ];
     Daemon::spawn(
         Kind::Scute,
+        "scute".into(),
         Path::new(env!("CARGO_BIN_EXE_scute")),
         &args,
         dir,
@@ -581,15 +586,14 @@ fn start_scute() -> Daemon {
     )
 }
 
-/// containerd with its CRI plugin in temp dirs; pause comes from `registry` over plain HTTP.
-fn start_containerd(bin: &Path, registry: &str) -> Daemon {
+/// An anchor (anchors.rs) with its CRI plugin in temp dirs; pause comes from `registry` over
+/// plain HTTP.
+fn start_containerd(anchor: &Anchor, registry: &str) -> Daemon {
     let host = HostSnapshot::take();
     let dir = tempfile::Builder::new()
         .prefix("containerd-bench-")
         .tempdir()
         .unwrap();
-    let root = dir.path().join("root");
-    let state = dir.path().join("state");
     let socket = dir.path().join("containerd.sock");
     let certs = dir.path().join("certs.d");
     let net = dir.path().join("net.d");
@@ -603,49 +607,28 @@ fn start_containerd(bin: &Path, registry: &str) -> Daemon {
     .unwrap();
     let network = Network::install(&net, &dir.path().join("cni-ipam"), 'c');
     let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"version = 2
-root = {root:?}
-state = {state:?}
-# Nothing here needs these; "opt" would otherwise install into /opt/containerd.
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
-
-[grpc]
-  address = {socket:?}
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{registry}/pause:3.10"
-  # Pause would get oom_score_adj -998, which runc fails to set without CAP_SYS_RESOURCE (as in a
-  # container); scute clamps it to its own score the same way.
-  restrict_oom_score_adj = true
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "/usr/lib/cni"
-  conf_dir = {net:?}
-
-[plugins."io.containerd.grpc.v1.cri".registry]
-  config_path = {certs:?}
-"#
-        ),
-    )
-    .unwrap();
+    let cri = CriSettings {
+        net: Some(&net),
+        certs: Some(&certs),
+        pause: Some(format!("{registry}/pause:3.10")),
+    };
+    std::fs::write(&config, containerd_config(anchor, dir.path(), &socket, &cri)).unwrap();
     let args: Vec<&std::ffi::OsStr> = vec![
         "--config".as_ref(),
         config.as_os_str(),
         "--log-level".as_ref(),
         "warn".as_ref(),
     ];
-    Daemon::spawn(Kind::Containerd, bin, &args, dir, socket, network, Some(host))
+    Daemon::spawn(
+        Kind::Containerd,
+        anchor.label.clone(),
+        &anchor.bin,
+        &args,
+        dir,
+        socket,
+        network,
+        Some(host),
+    )
 }
 
 /// A local registry from hack/registry.sh, stopped on drop.
@@ -749,3 +732,4 @@ fn mean_p99(mut samples: Vec<Duration>) -> String {
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
     format!("{:.1} / {:.1}", mean.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3)
 }
+
