@@ -254,12 +254,17 @@ async fn time_lists(
 
 /// Every shim process of `daemon` and their RSS together (KiB). By process name: a scute
 /// container created and not started waits in a process forked from the shim, with its
-/// command line.
+/// command line. (comm is cut to 15 bytes: "containerd2-shi".)
 fn all_shims(daemon: &Daemon) -> (usize, u64) {
     let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let is_shim = |pid: i32| {
+        let comm = comm(pid);
+        let comm = comm.trim();
+        !comm.is_empty() && daemon.shim_name().starts_with(comm)
+    };
     let pids: Vec<i32> = processes()
         .into_iter()
-        .filter(|p| p.cmdline.contains(&daemon.marker()) && comm(p.pid).trim() == daemon.shim_name())
+        .filter(|p| p.cmdline.contains(&daemon.marker()) && is_shim(p.pid))
         .map(|p| p.pid)
         .collect();
     let kib = pids.iter().map(|&pid| proc_kib(pid as u32, "status", "VmRSS")).sum();

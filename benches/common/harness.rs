@@ -340,6 +340,8 @@ struct Daemon {
     kind: Kind,
     /// The row's name: "scute", or the anchor's ("containerd 2.3").
     label: String,
+    /// What its shims' command lines start with.
+    shim: String,
     child: Option<Child>,
     socket: PathBuf,
     log: PathBuf,
@@ -365,11 +367,8 @@ impl Daemon {
         self.dir.path().to_string_lossy().into_owned()
     }
 
-    fn shim_name(&self) -> &'static str {
-        match self.kind {
-            Kind::Scute => "scute-shim",
-            Kind::Containerd => "containerd-shim",
-        }
+    fn shim_name(&self) -> &str {
+        &self.shim
     }
 
     fn log_tail(&self) -> String {
@@ -398,9 +397,14 @@ impl Daemon {
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let shim = match kind {
+            Kind::Scute => "scute-shim".to_string(),
+            Kind::Containerd => format!("{}-shim", bin.file_name().unwrap().to_string_lossy()),
+        };
         let mut daemon = Daemon {
             kind,
             label,
+            shim,
             child: Some(child),
             socket,
             log,
@@ -525,7 +529,9 @@ impl Daemon {
             let last = match rt.status(api::StatusRequest { verbose: false }).await {
                 Ok(r) => {
                     let conditions = r.into_inner().status.map(|s| s.conditions).unwrap_or_default();
-                    if conditions.len() >= 2 && conditions.iter().all(|c| c.status) {
+                    // containerd 2.x adds ContainerdHasNoDeprecationWarnings, false on cgroup v1.
+                    let ready = |t: &str| conditions.iter().any(|c| c.r#type == t && c.status);
+                    if ready("RuntimeReady") && ready("NetworkReady") {
                         return;
                     }
                     format!("{conditions:?}")
