@@ -30,6 +30,7 @@
 #   host-local plugins (Debian's), bridge cni0 in the node; every node and the host route the
 #   other nodes' pod ranges to them. Services: 10.96.0.0/16, cluster DNS 10.96.0.10 (CoreDNS,
 #   deployed on the cluster as kubeadm does).
+# - Each kubelet takes up to SCUTE_CLUSTER_MAX_PODS pods (default 110, the kubelet's own).
 # - scute's binaries: target/$SCUTE_PROFILE (release by default, built if missing; hack/test.sh
 #   uses the debug build it tested).
 #
@@ -379,6 +380,7 @@ node_files() {
 		podLogsDir: $nd/pod-logs
 		volumePluginDir: $nd/volume-plugins
 		serializeImagePulls: false
+		maxPods: ${SCUTE_CLUSTER_MAX_PODS:-110}
 		rotateCertificates: false
 		serverTLSBootstrap: false
 	EOF
