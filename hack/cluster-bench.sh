@@ -28,6 +28,10 @@ while (($#)); do
 done
 [[ $(id -u) -eq 0 ]] || { echo "cluster-bench.sh: must run as root" >&2; exit 1; }
 log() { echo "cluster-bench.sh: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
 
 cluster=$repo_root/hack/cluster.sh
 export SCUTE_CLUSTER_MAX_PODS=$((pods + 20))
@@ -100,7 +104,9 @@ for i in 1 2; do
 		buckets "$node" >"$work/before"
 		t0=$(date +%s.%N)
 		kubectl scale deployment "$name" --replicas "$pods" >/dev/null
+		deadline=$((SECONDS + 600))
 		until [[ $(kubectl get deployment "$name" -o jsonpath='{.status.readyReplicas}') == "$pods" ]]; do
+			((SECONDS < deadline)) || die "$runtime: not all $pods pods Ready in 600 s: $(kubectl get pods -l "app=$name" -o wide | grep -v Running | head -20)"
 			sleep 0.2
 		done
 		t1=$(date +%s.%N)
@@ -114,7 +120,11 @@ for i in 1 2; do
 		done
 		t2=$(date +%s.%N)
 		kubectl scale deployment "$name" --replicas 0 >/dev/null
-		until [[ -z $(kubectl get pods -l "app=$name" -o name) ]]; do sleep 0.2; done
+		deadline=$((SECONDS + 600))
+		until [[ -z $(kubectl get pods -l "app=$name" -o name) ]]; do
+			((SECONDS < deadline)) || die "$runtime: pods left 600 s after scaling to 0: $(kubectl get pods -l "app=$name" | head -20)"
+			sleep 0.2
+		done
 		t3=$(date +%s.%N)
 		kubectl delete deployment "$name" --wait >/dev/null
 		ready=$(awk "BEGIN {print $t1 - $t0}")
