@@ -461,6 +461,15 @@ struct Figures {
     on_disk_removed: u64,
 }
 
+impl Figures {
+    /// The pulls after RemoveImage, fastest first.
+    fn sorted(&self) -> Vec<Duration> {
+        let mut sorted = self.repeated.clone();
+        sorted.sort();
+        sorted
+    }
+}
+
 fn spec(image: &str) -> Option<ImageSpec> {
     Some(ImageSpec {
         image: image.to_string(),
@@ -649,8 +658,7 @@ fn main() {
         "disk after rm"
     );
     for (variant, name, compressed, f) in &results {
-        let mut sorted = f.repeated.clone();
-        sorted.sort();
+        let sorted = f.sorted();
         let best = sorted[0];
         let median = sorted[sorted.len() / 2];
         let pulled_gb = *compressed as f64 * (f.repeated.len() + 1) as f64 / 1e9;
@@ -678,18 +686,12 @@ fn main() {
          daemon's life; RSS +10 s = VmRSS 10 s after the last pull; disk = regular-file bytes under the daemon's root \
          after the cold pull / after the last RemoveImage)"
     );
-    for (_, variant, _) in variants
-        .iter()
-        .map(|(shape, c, r)| (shape, format!("{} {c}", shape.name), r))
-    {
+    for (shape, compression, _) in &variants {
+        let variant = format!("{} {compression}", shape.name);
         let medians: Vec<(String, Duration)> = results
             .iter()
             .filter(|(v, ..)| *v == variant)
-            .map(|(_, name, _, f)| {
-                let mut sorted = f.repeated.clone();
-                sorted.sort();
-                (name.clone(), sorted[sorted.len() / 2])
-            })
+            .map(|(_, name, _, f)| (name.clone(), f.sorted()[f.repeated.len() / 2]))
             .collect();
         print_ratios(&format!("{variant} pull, median after RemoveImage"), &medians);
     }

@@ -227,34 +227,15 @@ fn main() {
          (CNI bridge + host-local + portmap), then {RSS_PODS} pods at once for RSS"
     );
 
-    let mut results: Vec<(String, Figures)> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
-    {
-        let mut daemon = start_scute();
-        println!(
-            "  {:<14} network {} {}",
-            "scute", daemon.network.bridge, daemon.network.subnet
-        );
-        let (figures, left) = bench(&mut daemon, cycles, None);
-        notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
-        results.push(("scute".into(), figures));
-    }
-    let anchors = anchors();
-    if !anchors.is_empty() {
-        let registry = Registry::start();
-        registry.push_test_images();
-        let pause = format!("{}/pause:3.10", registry.addr);
-        for anchor in &anchors {
-            let mut daemon = start_containerd(anchor, &registry.addr);
-            println!(
-                "  {:<14} network {} {}",
-                anchor.label, daemon.network.bridge, daemon.network.subnet
-            );
-            let (figures, left) = bench(&mut daemon, cycles, Some(&pause));
-            notes.extend(left.into_iter().map(|n| format!("{}: {n}", anchor.label)));
-            results.push((anchor.label.clone(), figures));
-        }
-    }
+    let registry = Registry::start();
+    registry.push_test_images();
+    let pause = format!("{}/pause:3.10", registry.addr);
+    // scute's pause is built in; containerd's is pulled once, untimed.
+    let (results, notes) = each_runtime(&registry.addr, |daemon| {
+        let prepull = (daemon.kind == Kind::Containerd).then_some(pause.as_str());
+        bench(daemon, cycles, prepull)
+    });
+    drop(registry);
 
     println!();
     println!(

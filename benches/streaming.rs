@@ -635,28 +635,7 @@ fn main() {
     registry.push_test_images();
     let image = format!("{}/e2e-test-images/busybox:1.29-2", registry.addr);
 
-    let mut results: Vec<(String, Figures)> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
-    {
-        let mut daemon = start_scute();
-        println!(
-            "  {:<14} CNI conflist {} {} (unused: host network)",
-            "scute", daemon.network.bridge, daemon.network.subnet
-        );
-        let (figures, left) = bench(&mut daemon, sessions, downloads, &image);
-        notes.extend(left.into_iter().map(|n| format!("scute: {n}")));
-        results.push(("scute".into(), figures));
-    }
-    for anchor in &anchors() {
-        let mut daemon = start_containerd(anchor, &registry.addr);
-        println!(
-            "  {:<14} CNI conflist {} {} (unused: host network)",
-            anchor.label, daemon.network.bridge, daemon.network.subnet
-        );
-        let (figures, left) = bench(&mut daemon, sessions, downloads, &image);
-        notes.extend(left.into_iter().map(|n| format!("{}: {n}", anchor.label)));
-        results.push((anchor.label.clone(), figures));
-    }
+    let (results, notes) = each_runtime(&registry.addr, |daemon| bench(daemon, sessions, downloads, &image));
     drop(registry);
 
     println!();

@@ -466,8 +466,9 @@ async fn auth_with_basic_credentials() {
     .await
     .unwrap();
     assert!(status(&daemon, &to).await.is_some());
-    // Registry clients are kept between pulls (src/image/registry.rs), credentials and what they
-    // got are not: without alice's, the next pull is refused again.
+    // Without alice's credentials the next pull is refused again, now that registry clients are
+    // kept between pulls. (scute's manifest requests carry each pull's own credentials, so this
+    // holds whichever clients are shared; that only anonymous ones are is in registry.rs.)
     remove(&daemon, &to).await.unwrap();
     let err = pull_with(None).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");

@@ -86,21 +86,27 @@ struct CriSettings<'a> {
 fn containerd_config(anchor: &Anchor, dir: &Path, socket: &Path, cri: &CriSettings) -> String {
     let root = dir.join("root");
     let state = dir.join("state");
+    // What neither release needs here, and each one's own.
+    let unused = [
+        "io.containerd.snapshotter.v1.btrfs",
+        "io.containerd.snapshotter.v1.devmapper",
+        "io.containerd.snapshotter.v1.zfs",
+        "io.containerd.tracing.processor.v1.otlp",
+        "io.containerd.internal.v1.tracing",
+    ];
+    let own: &[&str] = if anchor.modern() {
+        &["io.containerd.nri.v1.nri"]
+    } else {
+        &["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs"]
+    };
+    let disabled = format!("{:?}", own.iter().chain(&unused).collect::<Vec<_>>());
     if !anchor.modern() {
         let mut text = format!(
             r#"version = 2
 root = {root:?}
 state = {state:?}
 # Nothing here needs these; "opt" would otherwise install into /opt/containerd.
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
+disabled_plugins = {disabled}
 
 [grpc]
   address = {socket:?}
@@ -130,15 +136,8 @@ disabled_plugins = [
         r#"version = 3
 root = {root:?}
 state = {state:?}
-# NRI's socket is host-wide; tracing is not used.
-disabled_plugins = [
-  "io.containerd.nri.v1.nri",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
+# NRI's socket is host-wide; the rest is not used here.
+disabled_plugins = {disabled}
 
 [grpc]
   address = {socket:?}

@@ -739,3 +739,30 @@ fn mean_p99(mut samples: Vec<Duration>) -> String {
     format!("{:.1} / {:.1}", mean.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3)
 }
 
+
+/// Runs `bench` on scute, then on each anchor found (anchors.rs), each on a fresh daemon dropped
+/// before the next starts: the rows `(name, figures)`, and the cleanup notes each daemon's
+/// shutdown left, named. `pause` comes from `registry` for the anchors.
+fn each_runtime<T>(
+    registry: &str,
+    mut bench: impl FnMut(&mut Daemon) -> (T, Vec<String>),
+) -> (Vec<(String, T)>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mut run = |mut daemon: Daemon| {
+        println!(
+            "  {:<14} CNI network {} {}",
+            daemon.name(),
+            daemon.network.bridge,
+            daemon.network.subnet
+        );
+        let (figures, left) = bench(&mut daemon);
+        notes.extend(left.into_iter().map(|n| format!("{}: {n}", daemon.name())));
+        rows.push((daemon.name().to_string(), figures));
+    };
+    run(start_scute());
+    for anchor in &anchors() {
+        run(start_containerd(anchor, registry));
+    }
+    (rows, notes)
+}

@@ -539,6 +539,8 @@ fn clients(endpoint: &HostEndpoint, resolved_host: &str, anonymous: bool) -> Res
         skip_verify: endpoint.skip_verify,
         cas,
     };
+    // A pull with credentials gets an oci-client of its own, configured as the kept one.
+    let own_config = (!anonymous).then(|| client_config(endpoint, resolved_host, &key.cas));
     let mut kept = KEPT
         .get_or_init(Default::default)
         .lock()
@@ -555,12 +557,12 @@ fn clients(endpoint: &HostEndpoint, resolved_host: &str, anonymous: bool) -> Res
         }
     };
     drop(kept);
-    if anonymous {
-        return Ok(shared);
-    }
-    Ok(Clients {
-        oci: Client::new(client_config(endpoint, resolved_host, &read_cas(endpoint)?)),
-        http: shared.http,
+    Ok(match own_config {
+        None => shared,
+        Some(config) => Clients {
+            oci: Client::new(config),
+            http: shared.http,
+        },
     })
 }
 
