@@ -27,7 +27,10 @@
 #                                    gets the cluster's and kubeadm's images). --after:
 #                                    build the guest image first, then wait until FILE exists
 #                                    (hack/test.sh writes "ok" in it once the host's build of the
-#                                    tested binaries is done; anything else ends the stage)
+#                                    tested binaries is done; anything else ends the stage).
+#                                    SCUTE_VM_TIMEOUT: the guest's limit (3600 s). The power-cut
+#                                    test (issue 40), 50 cuts: SCUTE_VM_STEPS="facts powercut"
+#                                    SCUTE_VM_POWERCUT_CUTS=50 SCUTE_VM_TIMEOUT=7200 hack/vm.sh test
 #
 # How it works:
 # - The image is built from Debian's packages only (mmdebstrap, with the host's Debian mirror):
@@ -332,7 +335,7 @@ vm_test() {
 		args+=(--share "$SCUTE_TEST_TOOLS" --env "SCUTE_TEST_TOOLS=$SCUTE_TEST_TOOLS")
 	fi
 	local e
-	for e in SCUTE_VM_KUBELET_TESTS SCUTE_VM_INTEGRATION SCUTE_VM_CRITEST_ARGS SCUTE_VM_LOG_LEVEL; do
+	for e in SCUTE_VM_KUBELET_TESTS SCUTE_VM_INTEGRATION SCUTE_VM_CRITEST_ARGS SCUTE_VM_LOG_LEVEL SCUTE_VM_POWERCUT_CUTS; do
 		[[ -n ${!e+set} ]] && args+=(--env "$e=${!e}")
 	done
 	# (Not `(run ...) || status=$?`: errexit is off inside a `||` list, even in a subshell.)
@@ -340,7 +343,7 @@ vm_test() {
 	# shellcheck disable=SC2086 # the step names
 	(
 		set -e
-		run "${args[@]}" -- hack/vm/node-tests.sh ${SCUTE_VM_STEPS:-}
+		run "${args[@]}" --timeout "${SCUTE_VM_TIMEOUT:-3600}" -- hack/vm/node-tests.sh ${SCUTE_VM_STEPS:-}
 	)
 	local status=$?
 	set -e

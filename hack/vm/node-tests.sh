@@ -4,10 +4,12 @@
 # filled with the test images, is SCUTE_TEST_REGISTRY).
 #
 #   hack/vm/node-tests.sh [STEP...]      steps: facts service critest kubelet integration
-#                                        checkpoint bench package reboot (default: all, in that
-#                                        order; "default" names them among others), and
+#                                        checkpoint bench package reboot powercut (default: all,
+#                                        in that order; "default" names them among others), and
 #                                        kubeadm (on demand: SCUTE_VM_STEPS="facts kubeadm";
-#                                        hack/test.sh: "default kubeadm" when its inputs changed)
+#                                        hack/test.sh: "default kubeadm" when its inputs changed),
+#                                        powercut: SCUTE_VM_POWERCUT_CUTS power cuts (3; issue 40's
+#                                        run: 50, SCUTE_VM_STEPS="facts powercut")
 #
 # A step that passed is recorded in /var/lib/scute-vm-tests and not run again: `reboot` reboots
 # the guest, whose job unit then runs this script again to check what came back.
@@ -336,6 +338,211 @@ step_reboot() {
 	log "removed: no scope, mount or netns left"
 }
 
+# Power cuts (issue 40): SCUTE_VM_POWERCUT_CUTS of them (3 in every run; 50 with
+# SCUTE_VM_STEPS="facts powercut" SCUTE_VM_POWERCUT_CUTS=50 SCUTE_VM_TIMEOUT=7200 hack/vm.sh
+# test). Each boot checks what the last cut left, then runs a
+# pull and pod workload until this boot's cut: the kernel restarts at once
+# (/proc/sysrq-trigger "b": no sync, no unmount; the page cache, and with it every write the
+# disk was not given, is gone, as at a power cut; qemu's cache=unsafe disk keeps only what it
+# was given). Two in three cuts come at a random moment of the workload; every third comes
+# right after an RPC returned (pull, run pod, create, start, remove image in turn), with the
+# daemon SIGKILLed first, so that "returned" is checked to mean "on the disk". The test's own
+# records are in the job's dir on the host (9p), which no cut touches.
+pc_dir=/run/scute-vm/powercut
+pc_images=(
+	registry.k8s.io/e2e-test-images/nginx:1.14-2 registry.k8s.io/e2e-test-images/busybox:1.29-2
+	registry.k8s.io/e2e-test-images/httpd:2.4.39-4 registry.k8s.io/e2e-test-images/nonewprivs:1.3
+	docker.io/docker/library/busybox:1-musl
+)
+pc_returned_kinds=(pull runp create start rmi)
+
+pc_fail() {
+	echo "$*" >"$pc_dir/failed"
+	fail "$*"
+}
+
+step_powercut() {
+	step "power cuts: images, snapshots and records after each (issue 40)"
+	local cuts=${SCUTE_VM_POWERCUT_CUTS:-3} n
+	mkdir -p "$pc_dir"
+	[[ ! -e $pc_dir/failed ]] || fail "an earlier boot failed: $(<"$pc_dir/failed")"
+	n=$(cat "$pc_dir/count" 2>/dev/null || echo 0)
+	if ((n == 0)); then
+		ensure_scute
+		systemctl enable -q scute
+		sync
+	else
+		powercut_check "$n"
+	fi
+	if ((n >= cuts)); then
+		log "$n cuts, each followed by the checks above; where they fell:"
+		sed 's/^/    /' "$pc_dir/log" >&2
+		log "by phase: $(sed -n 's/^cut [0-9]*: \([a-z]*\) \([a-z]*\).*/\1 \2/p' "$pc_dir/log" | sort | uniq -c | awk '{printf "%s%s %s %d", (NR > 1 ? ", " : ""), $2, $3, $1}')"
+		return 0
+	fi
+	n=$((n + 1))
+	echo "$n" >"$pc_dir/count"
+	powercut_work "$n"
+	pc_fail "cut $n: the workload ended without its cut"
+}
+
+# What a cut may leave and must not: run after each boot that follows one.
+powercut_check() {
+	local n=$1 started=$SECONDS last
+	last=$(cat "$pc_dir/last" 2>/dev/null || true)
+	for _ in $(seq 900); do
+		[[ -S /run/scute/scute.sock ]] && crictl version >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	systemctl is-active -q scute || pc_fail "after cut $n ($last) scute.service did not come up: $(systemctl status scute --no-pager 2>&1 | tail -n 8)"
+	# scute saw the machine go down, and what its start repaired.
+	local journal repaired
+	journal=$(journalctl -b -u scute --no-pager -o cat 2>&1)
+	grep -q 'the last run ended unclean.*machine_went_down=true' <<<"$journal" ||
+		pc_fail "after cut $n scute did not see that the machine went down under it"
+	repaired=$(grep 'after an unclean stop' <<<"$journal" | grep -v 'checked the store' | sed 's/^.*kind=/kind=/' || true)
+	# What is left after the start's repair: nothing that breaks an image or a record.
+	local doctor
+	doctor=$(scute doctor 2>&1 || true)
+	if grep -E '^(corrupt-blob|damaged-snapshot|damaged-image|missing-snapshot|broken-chain)[[:space:]]' <<<"$doctor"; then
+		pc_fail "after cut $n ($last) scute doctor finds, after the start's repair: $doctor"
+	fi
+	# Every image listed is what its registry serves, file for file.
+	local verified
+	verified=$(python3 hack/vm/verify-images.py "$registry" 2>&1) ||
+		pc_fail "after cut $n ($last) an image is listed that is not whole: $verified"
+	# What an RPC returned before the cut is there (or, for a removal, gone).
+	local kind what
+	read -r _ kind what <<<"$last"
+	case $last in
+	"returned pull "* | "returned rmi "*)
+		local listed=0
+		crictl inspecti "$what" >/dev/null 2>&1 && listed=1
+		[[ $kind == pull && $listed == 1 ]] || [[ $kind == rmi && $listed == 0 ]] ||
+			pc_fail "after cut $n: RemoveImage/PullImage of $what had returned, yet it is $( ((listed)) && echo listed || echo not listed)"
+		;;
+	"returned runp "*)
+		crictl inspectp "$what" >/dev/null 2>&1 || pc_fail "after cut $n: RunPodSandbox had returned $what, which is not listed"
+		;;
+	"returned create "* | "returned start "*)
+		crictl inspect "$what" >/dev/null 2>&1 || pc_fail "after cut $n: CreateContainer had returned $what, which is not listed"
+		;;
+	esac
+	# The pods from before the cut are NotReady and go without error or leftovers.
+	local pod ctr
+	for pod in $(crictl pods -q); do
+		[[ $(crictl inspectp -o go-template --template '{{.status.state}}' "$pod") == SANDBOX_NOTREADY ]] ||
+			pc_fail "after cut $n pod $pod is not NotReady"
+		crictl stopp "$pod" >/dev/null && crictl rmp "$pod" >/dev/null || pc_fail "after cut $n removing pod $pod"
+	done
+	[[ -z $(crictl ps -a -q) ]] || pc_fail "after cut $n containers outlived their pods: $(crictl ps -a)"
+	# A container from each image starts (the pod proves the sandbox image).
+	local dir image ids=()
+	dir=$(mktemp -d)
+	cat >"$dir/pod.json" <<-EOF
+		{"metadata": {"name": "pc-check-$n", "namespace": "vm", "uid": "pc-check-$n"}, "log_directory": "$dir/logs", "linux": {}}
+	EOF
+	pod=$(crictl runp "$dir/pod.json" 2> >(grep -v 'cgroup_parent is not set' >&2)) || pc_fail "after cut $n RunPodSandbox failed"
+	mapfile -t ids < <(crictl images -o json | python3 -c '
+import json, sys
+for i in json.load(sys.stdin)["images"]:
+    if not any("pause" in t for t in i.get("repoTags") or []):
+        print(i["id"])')
+	local i=0 started_ok=0
+	for image in "${ids[@]}"; do
+		i=$((i + 1))
+		cat >"$dir/ctr-$i.json" <<-EOF
+			{"metadata": {"name": "c$i"}, "image": {"image": "$image"}, "command": ["sh", "-c", "echo started-$i"], "log_path": "c$i.log", "linux": {}}
+		EOF
+		ctr=$(crictl create "$pod" "$dir/ctr-$i.json" "$dir/pod.json") && crictl start "$ctr" >/dev/null ||
+			pc_fail "after cut $n a container from image $image did not start"
+		for _ in $(seq 300); do
+			[[ $(crictl inspect -o go-template --template '{{.status.state}}' "$ctr") == CONTAINER_EXITED ]] && break
+			sleep 0.1
+		done
+		[[ $(crictl inspect -o go-template --template '{{.status.exitCode}}' "$ctr") == 0 ]] &&
+			grep -q "started-$i" "$dir/logs/c$i.log" ||
+			pc_fail "after cut $n the container from image $image did not run: $(crictl inspect "$ctr" | tail -n 20)"
+		started_ok=$((started_ok + 1))
+	done
+	crictl stopp "$pod" >/dev/null && crictl rmp "$pod" >/dev/null || pc_fail "after cut $n removing the check's pod"
+	rm -rf "$dir"
+	wait_no_scute_units
+	local left
+	left=$(awk '$5 ~ "^/var/lib/scute/" || $5 ~ "^/run/scute/" {print $5}' /proc/self/mountinfo)
+	[[ -z $left ]] || pc_fail "after cut $n mounts are left: $left"
+	log "after cut $n ($last): scute up $((SECONDS - started)) s into the check; start repaired: ${repaired:-nothing}; $(tail -n 1 <<<"$verified"); $started_ok container(s), one per image, ran; pods from before removed, nothing left"
+}
+
+# The workload of cut $1 until its cut (never returns).
+powercut_work() {
+	local n=$1 mode kind="" delay dir
+	if ((n % 3 == 0)); then
+		mode=returned
+		kind=${pc_returned_kinds[$(((n / 3 - 1) % ${#pc_returned_kinds[@]}))]}
+	else
+		mode=timed
+		# Milliseconds into the workload: one to two rounds of it under TCG.
+		delay=$(printf '%d.%03d' $((RANDOM % 30)) $((RANDOM % 1000)))
+		(
+			sleep "$delay"
+			[[ -e $pc_dir/failed ]] && exit 0
+			echo "timed $(cat "$pc_dir/phase")" >"$pc_dir/last"
+			echo "cut $n: timed $(cat "$pc_dir/phase") (${delay} s in)" >>"$pc_dir/log"
+			echo b >/proc/sysrq-trigger
+		) &
+	fi
+	log "cut $n: $mode${kind:+ after $kind} ${delay:+at ${delay} s}"
+	dir=$(mktemp -d)
+	local round=0 image pod ctr main_pid
+	main_pid=$(systemctl show -p MainPID --value scute)
+	# $1: the RPC's kind, $2: what it returned or acted on. Cuts here when it is this cut's kind.
+	returned() {
+		[[ $mode == returned && $1 == "$kind" ]] || return 0
+		echo "returned $1 $2" >"$pc_dir/last"
+		echo "cut $n: returned $1 $2" >>"$pc_dir/log"
+		kill -KILL "$main_pid"
+		echo b >/proc/sysrq-trigger
+		sleep infinity
+	}
+	phase() { echo "$*" >"$pc_dir/phase"; }
+	while :; do
+		image=${pc_images[$(((n + round) % ${#pc_images[@]}))]}
+		round=$((round + 1))
+		cat >"$dir/pod.json" <<-EOF
+			{"metadata": {"name": "pc-$n-$round", "namespace": "vm", "uid": "pc-$n-$round"}, "log_directory": "$dir/logs", "linux": {}}
+		EOF
+		cat >"$dir/ctr.json" <<-EOF
+			{"metadata": {"name": "main"}, "image": {"image": "$image"}, "command": ["sh", "-c", "echo $n-$round; sleep 1"], "log_path": "main.log", "linux": {}}
+		EOF
+		if crictl inspecti "$image" >/dev/null 2>&1; then
+			phase "rmi $image"
+			crictl rmi "$image" >/dev/null || pc_fail "cut $n: RemoveImage $image"
+			returned rmi "$image"
+		fi
+		phase "pull $image"
+		crictl pull "$image" >/dev/null || pc_fail "cut $n: PullImage $image (after the earlier cuts)"
+		returned pull "$image"
+		phase "runp pc-$n-$round"
+		pod=$(crictl runp "$dir/pod.json" 2> >(grep -v 'cgroup_parent is not set' >&2)) || pc_fail "cut $n: RunPodSandbox"
+		returned runp "$pod"
+		phase "create in $pod"
+		ctr=$(crictl create "$pod" "$dir/ctr.json" "$dir/pod.json") || pc_fail "cut $n: CreateContainer"
+		returned create "$ctr"
+		phase "start $ctr"
+		crictl start "$ctr" >/dev/null || pc_fail "cut $n: StartContainer"
+		returned start "$ctr"
+		phase "stop $ctr"
+		crictl stop "$ctr" >/dev/null || pc_fail "cut $n: StopContainer"
+		phase "rm $ctr"
+		crictl rm "$ctr" >/dev/null || pc_fail "cut $n: RemoveContainer"
+		phase "stopp $pod"
+		crictl stopp "$pod" >/dev/null || pc_fail "cut $n: StopPodSandbox"
+		phase "rmp $pod"
+		crictl rmp "$pod" >/dev/null || pc_fail "cut $n: RemovePodSandbox"
+	done
+}
+
 step_bench() {
 	step "benchmark: pod + container cycle in the VM, each cgroup driver"
 	ensure_scute
@@ -615,7 +822,7 @@ step_kubeadm() {
 }
 
 # No step named, or "default" among them: the default steps (there, in their order).
-default_steps=(facts service critest kubelet integration checkpoint bench package reboot)
+default_steps=(facts service critest kubelet integration checkpoint bench package reboot powercut)
 steps=()
 for s in "${@:-default}"; do
 	if [[ $s == default ]]; then
@@ -630,6 +837,8 @@ for s in "${steps[@]}"; do
 	fi
 	"step_$s"
 	: >"$state/$s.done"
+	# On the disk before a later step's power cut can take it.
+	sync
 done
 end_step
 log "all VM node steps passed"
