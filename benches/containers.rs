@@ -189,6 +189,12 @@ struct Figures {
     /// From asking for the density pods to the last of their containers started.
     density_start: Duration,
     daemon_rss_kib: u64,
+    /// Anonymous memory and PSS (smaps_rollup) of the daemon and of every shim together, at the
+    /// same moment as the RSS.
+    daemon_anon_kib: u64,
+    daemon_pss_kib: u64,
+    shims_anon_kib: u64,
+    shims_pss_kib: u64,
     list_container_stats: Vec<Duration>,
     list_containers: Vec<Duration>,
     list_pods: Vec<Duration>,
@@ -460,7 +466,7 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
     .await;
     let density_start = started.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (mut rss, mut procs) = (0u64, 0usize);
+    let (mut rss, mut procs, mut shims_anon_kib, mut shims_pss_kib) = (0u64, 0usize, 0u64, 0u64);
     for (pod, _) in &running {
         let pids = shim_pids(daemon, &pod.id);
         if pids.is_empty() {
@@ -471,8 +477,20 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         }
         procs += pids.len();
         rss += pids.iter().map(|&pid| proc_kib(pid, "status", "VmRSS")).sum::<u64>();
+        // What the node cannot reclaim (anonymous), and each page counted once over the
+        // processes sharing it (PSS: the shims share their binary's pages).
+        shims_anon_kib += pids
+            .iter()
+            .map(|&pid| proc_kib(pid, "smaps_rollup", "Anonymous"))
+            .sum::<u64>();
+        shims_pss_kib += pids
+            .iter()
+            .map(|&pid| proc_kib(pid, "smaps_rollup", "Pss"))
+            .sum::<u64>();
     }
     let daemon_rss_kib = proc_kib(daemon.pid(), "status", "VmRSS");
+    let daemon_anon_kib = proc_kib(daemon.pid(), "smaps_rollup", "Anonymous");
+    let daemon_pss_kib = proc_kib(daemon.pid(), "smaps_rollup", "Pss");
     for (pod, id) in &running {
         client.stop(id).await;
         client.remove(id).await;
@@ -487,6 +505,10 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         shims_rss_kib: rss,
         density_start,
         daemon_rss_kib,
+        daemon_anon_kib,
+        daemon_pss_kib,
+        shims_anon_kib,
+        shims_pss_kib,
         list_container_stats,
         list_containers,
         list_pods,
@@ -590,6 +612,17 @@ fn main() {
             (f.daemon_rss_kib + f.shims_rss_kib) as f64 / 1024.0,
             f.daemon_rss_kib as f64 / 1024.0,
             f.shims_rss_kib as f64 / 1024.0,
+        );
+        println!(
+            "{:<14}   memory the node cannot reclaim: anonymous {:.1} MiB (daemon {:.1} + shims {:.1}); \
+             PSS {:.1} MiB (daemon {:.1} + shims {:.1})",
+            "",
+            (f.daemon_anon_kib + f.shims_anon_kib) as f64 / 1024.0,
+            f.daemon_anon_kib as f64 / 1024.0,
+            f.shims_anon_kib as f64 / 1024.0,
+            (f.daemon_pss_kib + f.shims_pss_kib) as f64 / 1024.0,
+            f.daemon_pss_kib as f64 / 1024.0,
+            f.shims_pss_kib as f64 / 1024.0,
         );
         println!(
             "{:<14}   {stats_containers} running containers: ListContainers mean/p99 {} ms, ListPodSandbox mean/p99 {} ms",

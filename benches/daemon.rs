@@ -107,14 +107,35 @@ fn wait_socket(socket: &Path) {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// Resident, anonymous (what the node cannot reclaim) and proportional set sizes, in KiB.
+#[derive(Clone, Copy)]
+struct Memory {
+    rss: u64,
+    anon: u64,
+    pss: u64,
+}
+
+fn memory(pid: u32) -> Memory {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let field = |name: &str| {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim_start_matches(':').split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Memory {
+        rss: field("Rss"),
+        anon: field("Anonymous"),
+        pss: field("Pss"),
+    }
+}
+
+impl std::fmt::Display for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(&format!("{}/{}/{}", self.rss, self.anon, self.pss))
+    }
 }
 
 struct Latency {
@@ -135,16 +156,16 @@ fn summarize(mut samples: Vec<Duration>) -> Latency {
 }
 
 struct Figures {
-    idle_rss_kib: u64,
-    rss_after_kib: u64,
+    idle: Memory,
+    after: Memory,
     version: Latency,
     status: Latency,
 }
 
 async fn measure(subject: &Subject, calls: usize) -> Figures {
-    // Let the daemon settle before reading its idle RSS.
+    // Let the daemon settle before reading its idle memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle_rss_kib = rss_kib(subject.child.id());
+    let idle = memory(subject.child.id());
     let channel = scute::client::connect(&subject.socket).await.expect("connect");
     let mut client = RuntimeServiceClient::new(channel);
     for _ in 0..50 {
@@ -163,8 +184,8 @@ async fn measure(subject: &Subject, calls: usize) -> Figures {
         status.push(t.elapsed());
     }
     Figures {
-        idle_rss_kib,
-        rss_after_kib: rss_kib(subject.child.id()),
+        idle,
+        after: memory(subject.child.id()),
         version: summarize(version),
         status: summarize(status),
     }
@@ -191,17 +212,25 @@ fn main() {
     let mut subjects = vec![start_scute()];
     subjects.extend(anchors().iter().filter_map(start_containerd));
     println!("daemon benchmark: {calls} sequential calls per RPC over one connection");
+    println!("(memory: RSS/anonymous/PSS in KiB, from /proc/PID/smaps_rollup)");
     println!(
-        "{:<14} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "runtime", "idle RSS", "RSS after", "Version p50", "Version p99", "Version mean", "Status p50", "Status p99"
+        "{:<14} {:>20} {:>20} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "runtime",
+        "idle memory",
+        "memory after",
+        "Version p50",
+        "Version p99",
+        "Version mean",
+        "Status p50",
+        "Status p99"
     );
     for subject in &subjects {
         let f = runtime.block_on(measure(subject, calls));
         println!(
-            "{:<14} {:>7} KiB {:>8} KiB {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "{:<14} {:>20} {:>20} {:>12} {:>12} {:>12} {:>12} {:>12}",
             subject.name,
-            f.idle_rss_kib,
-            f.rss_after_kib,
+            f.idle,
+            f.after,
             micros(f.version.p50),
             micros(f.version.p99),
             micros(f.version.mean),
