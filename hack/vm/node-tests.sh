@@ -436,7 +436,8 @@ powercut_check() {
 		crictl stopp "$pod" >/dev/null && crictl rmp "$pod" >/dev/null || pc_fail "after cut $n removing pod $pod"
 	done
 	[[ -z $(crictl ps -a -q) ]] || pc_fail "after cut $n containers outlived their pods: $(crictl ps -a)"
-	# A container from each image starts (the pod proves the sandbox image).
+	# A container from each of the workload's images listed starts (the pod proves the sandbox
+	# image; every image listed was checked above, those of earlier steps too).
 	local dir image ids=()
 	dir=$(mktemp -d)
 	cat >"$dir/pod.json" <<-EOF
@@ -446,8 +447,8 @@ powercut_check() {
 	mapfile -t ids < <(crictl images -o json | python3 -c '
 import json, sys
 for i in json.load(sys.stdin)["images"]:
-    if not any("pause" in t for t in i.get("repoTags") or []):
-        print(i["id"])')
+    if set(i.get("repoTags") or []) & set(sys.argv[1:]):
+        print(i["id"])' "${pc_images[@]}")
 	local i=0 started_ok=0
 	for image in "${ids[@]}"; do
 		i=$((i + 1))
@@ -477,6 +478,7 @@ for i in json.load(sys.stdin)["images"]:
 # The workload of cut $1 until its cut (never returns).
 powercut_work() {
 	local n=$1 mode kind="" delay dir
+	echo "start of the workload" >"$pc_dir/phase"
 	if ((n % 3 == 0)); then
 		mode=returned
 		kind=${pc_returned_kinds[$(((n / 3 - 1) % ${#pc_returned_kinds[@]}))]}
