@@ -75,6 +75,22 @@ class ContentStore:
 
     manifest = blob
 
+    def manifest_of(self, config_digest):
+        """The manifest (hash-checked) among the store's small blobs whose config is this."""
+        for name in os.listdir(self.dir):
+            path = os.path.join(self.dir, name)
+            if os.path.getsize(path) > 1 << 20:
+                continue
+            data = self.blob("sha256:" + name)
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                continue
+            config = doc.get("config") if isinstance(doc, dict) else None
+            if isinstance(config, dict) and config.get("digest") == config_digest:
+                return json.loads(checked(self, "sha256:" + name, data))
+        return None
+
 
 def checked(source, digest, data):
     if sha256(data) != digest:
@@ -146,17 +162,22 @@ def verify(registry, root, image):
     tags = image.get("repoTags") or []
     label = tags[0] if tags else image["id"][:19]
     digests = image.get("repoDigests") or []
-    if not digests:
-        return False, f"{label}: no repo digest listed"
-    name, digest = digests[0].split("@", 1)
-    source = Registry(registry, name.split("/", 1)[1])
-    try:
-        manifest = manifest_for(source, digest)
-    except urllib.error.HTTPError as e:
-        if e.code != 404:
-            raise
+    if digests:
+        name, digest = digests[0].split("@", 1)
+        source = Registry(registry, name.split("/", 1)[1])
+        try:
+            manifest = manifest_for(source, digest)
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+            source = ContentStore(root)
+            manifest = manifest_for(source, digest)
+    else:
+        # No registry named it (an image made on the node): its manifest in the content store.
         source = ContentStore(root)
-        manifest = manifest_for(source, digest)
+        manifest = source.manifest_of(image["id"])
+        if manifest is None:
+            return False, f"{label}: no repo digest listed and no manifest in {source.name} names its config"
     config_digest = manifest["config"]["digest"]
     if config_digest != image["id"]:
         return False, f"{label}: scute's image ID {image['id']} is not the manifest's config {config_digest}"
