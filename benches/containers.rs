@@ -1,7 +1,7 @@
 //! Container lifecycle benchmark: latency of CreateContainer, StartContainer, StopContainer and
 //! RemoveContainer over N sequential cycles in one pod, the latency of ListContainers,
 //! ListPodSandbox, ListContainerStats and ListPodSandboxStats with 100 running containers in one
-//! pod, then density: 110 pods (the kubelet's default maxPods) each running one container, all
+//! pod and of `crictl ps -a` over them (crictl from SCUTE_TEST_TOOLS or PATH), then density: 110 pods (the kubelet's default maxPods) each running one container, all
 //! asked for at once, the time until the last container started, the per-pod shim RSS and the
 //! node's memory for the runtime (daemon + shims), then ListContainers and ListPodSandbox at scale
 //! (1000 created containers in one pod, 1000 stopped pods); printed side by side with containerd's
@@ -35,6 +35,8 @@ use tonic::transport::Channel;
 
 /// Timed ListContainerStats / ListPodSandboxStats calls (after one untimed call each).
 const STATS_CALLS: usize = 20;
+/// `crictl ps -a` runs (processes) per runtime.
+const CRICTL_CALLS: usize = 20;
 /// Requests in flight while the objects of the lists-at-scale phase are made and removed (untimed).
 const SETUP_CONCURRENCY: usize = 8;
 // Daemon, registry and host-state helpers shared with the other CRI benchmarks.
@@ -197,6 +199,8 @@ struct Figures {
     shims_pss_kib: u64,
     list_container_stats: Vec<Duration>,
     list_containers: Vec<Duration>,
+    /// `crictl ps -a` over the stats phase's running containers, and `crictl version`, means.
+    crictl_ps: Option<(Duration, Duration)>,
     list_pods: Vec<Duration>,
     /// ListContainers with the lists-at-scale phase's created containers.
     list_containers_at_scale: Vec<Duration>,
@@ -213,6 +217,52 @@ struct Sizes {
     stats_containers: usize,
     density_pods: usize,
     list_objects: usize,
+}
+
+/// `crictl ps -a` as an operator types it, `calls` times, against `daemon`'s socket: the mean
+/// wall time of the whole command, and of `crictl version` (the process, its connections and
+/// the Version call crictl makes before anything else) to take off. crictl from
+/// `SCUTE_TEST_TOOLS`, else PATH; None when there is none. Fails when fewer than `containers`
+/// rows are printed.
+fn time_crictl_ps(daemon: &Daemon, calls: usize, containers: usize) -> Option<(Duration, Duration)> {
+    let crictl = std::env::var_os("SCUTE_TEST_TOOLS")
+        .map(|d| PathBuf::from(d).join("crictl"))
+        .filter(|p| p.exists())
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join("crictl"))
+                .find(|p| p.exists())
+        })?;
+    let endpoint = format!("unix://{}", daemon.socket.display());
+    let run = |args: &[&str]| {
+        let started = Instant::now();
+        let out = std::process::Command::new(&crictl)
+            .args(["--runtime-endpoint", &endpoint, "--image-endpoint", &endpoint])
+            .args(args)
+            .output()
+            .expect("running crictl");
+        let took = started.elapsed();
+        if !out.status.success() {
+            daemon.fail("crictl", String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        (took, String::from_utf8_lossy(&out.stdout).lines().count())
+    };
+    let (mut ps, mut version) = (Duration::ZERO, Duration::ZERO);
+    for i in 0..=calls {
+        let (took_ps, rows) = run(&["ps", "-a"]);
+        if rows < containers + 1 {
+            daemon.fail(
+                "crictl ps -a",
+                format!("{} of {containers} containers", rows.saturating_sub(1)),
+            );
+        }
+        let (took_version, _) = run(&["version"]);
+        if i > 0 {
+            ps += took_ps;
+            version += took_version;
+        }
+    }
+    Some((ps / calls as u32, version / calls as u32))
 }
 
 /// `calls` timed calls of ListContainers and of ListPodSandbox (after one untimed call each),
@@ -406,6 +456,7 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         ids.push(id);
     }
     let (list_containers, list_pods) = time_lists(&client, STATS_CALLS, stats_containers, 1).await;
+    let crictl_ps = time_crictl_ps(daemon, CRICTL_CALLS, stats_containers);
     let (mut list_container_stats, mut list_pod_stats) = (Vec::new(), Ok(Vec::new()));
     for i in 0..=STATS_CALLS {
         let mut rt = client.rt.clone();
@@ -512,6 +563,7 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         list_container_stats,
         list_containers,
         list_pods,
+        crictl_ps,
         list_containers_at_scale,
         list_pods_at_scale,
         list_pod_stats,
@@ -630,6 +682,17 @@ fn main() {
             mean_p99(f.list_containers.clone()),
             mean_p99(f.list_pods.clone()),
         );
+        match f.crictl_ps {
+            Some((ps, version)) => println!(
+                "{:<14}   {stats_containers} running containers: `crictl ps -a` {:.1} ms, `crictl version` {:.1} ms, \
+                 net {:.1} ms (means of {CRICTL_CALLS})",
+                "",
+                ps.as_secs_f64() * 1e3,
+                version.as_secs_f64() * 1e3,
+                ps.saturating_sub(version).as_secs_f64() * 1e3,
+            ),
+            None => println!("{:<14}   `crictl ps -a`: no crictl (SCUTE_TEST_TOOLS or PATH)", ""),
+        }
         println!(
             "{:<14}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods \
              (and the running one holding those containers): ListPodSandbox mean/p99 {} ms",
@@ -666,6 +729,20 @@ fn main() {
         "container cycle (create + start + stop + remove means)",
         &row(|s| vec![&s.create, &s.start, &s.stop, &s.remove]),
     );
+    if results.iter().all(|(_, f)| f.crictl_ps.is_some()) {
+        print_ratios(
+            &format!("`crictl ps -a` net of `crictl version`, {stats_containers} running containers"),
+            &results
+                .iter()
+                .map(|(n, f)| {
+                    (
+                        n.clone(),
+                        f.crictl_ps.map(|(ps, v)| ps.saturating_sub(v)).unwrap_or_default(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
     print_ratios(
         &format!("ListContainers mean, {list_objects} created containers"),
         &results
