@@ -407,7 +407,7 @@ powercut_check() {
 	if grep -E '^(corrupt-blob|damaged-snapshot|damaged-image|missing-snapshot|broken-chain)[[:space:]]' <<<"$doctor"; then
 		pc_fail "after cut $n ($last) scute doctor finds, after the start's repair: $doctor"
 	fi
-	# Every image listed is what its registry serves, file for file.
+	# Every image listed matches its layers' digests, file for file.
 	local verified
 	verified=$(python3 hack/vm/verify-images.py "$registry" 2>&1) ||
 		pc_fail "after cut $n ($last) an image is listed that is not whole: $verified"
