@@ -530,18 +530,13 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         rss += pids.iter().map(|&pid| proc_kib(pid, "status", "VmRSS")).sum::<u64>();
         // What the node cannot reclaim (anonymous), and each page counted once over the
         // processes sharing it (PSS: the shims share their binary's pages).
-        shims_anon_kib += pids
-            .iter()
-            .map(|&pid| proc_kib(pid, "smaps_rollup", "Anonymous"))
-            .sum::<u64>();
-        shims_pss_kib += pids
-            .iter()
-            .map(|&pid| proc_kib(pid, "smaps_rollup", "Pss"))
-            .sum::<u64>();
+        for m in pids.iter().map(|&pid| memory(pid)) {
+            shims_anon_kib += m.anon;
+            shims_pss_kib += m.pss;
+        }
     }
     let daemon_rss_kib = proc_kib(daemon.pid(), "status", "VmRSS");
-    let daemon_anon_kib = proc_kib(daemon.pid(), "smaps_rollup", "Anonymous");
-    let daemon_pss_kib = proc_kib(daemon.pid(), "smaps_rollup", "Pss");
+    let daemon_memory = memory(daemon.pid());
     for (pod, id) in &running {
         client.stop(id).await;
         client.remove(id).await;
@@ -556,8 +551,8 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         shims_rss_kib: rss,
         density_start,
         daemon_rss_kib,
-        daemon_anon_kib,
-        daemon_pss_kib,
+        daemon_anon_kib: daemon_memory.anon,
+        daemon_pss_kib: daemon_memory.pss,
         shims_anon_kib,
         shims_pss_kib,
         list_container_stats,

@@ -107,31 +107,6 @@ fn wait_socket(socket: &Path) {
     }
 }
 
-/// Resident, anonymous (what the node cannot reclaim) and proportional set sizes, in KiB.
-#[derive(Clone, Copy)]
-struct Memory {
-    rss: u64,
-    anon: u64,
-    pss: u64,
-}
-
-fn memory(pid: u32) -> Memory {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    let field = |name: &str| {
-        rollup
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim_start_matches(':').split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Memory {
-        rss: field("Rss"),
-        anon: field("Anonymous"),
-        pss: field("Pss"),
-    }
-}
-
 impl std::fmt::Display for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(&format!("{}/{}/{}", self.rss, self.anon, self.pss))

@@ -407,16 +407,6 @@ fn which(name: &str) -> Option<PathBuf> {
 // ---------------------------------------------------------------------------------------------
 // Measuring
 
-fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim_start_matches(':').split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// A process's user + system CPU time, from /proc/<pid>/stat (clock ticks).
 fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -502,7 +492,7 @@ async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let idle_rss_kib = proc_status_kib(subject.pid(), "VmRSS");
+    let idle_rss_kib = proc_kib(subject.pid(), "status", "VmRSS");
     let cpu_before = cpu_time(subject.pid());
 
     let mut times = Vec::with_capacity(repeats + 1);
@@ -548,10 +538,10 @@ async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
             .join(" ")
     );
     // Peak RSS over the daemon's whole life so far: start, idle, every pull and removal.
-    let peak_rss_kib = proc_status_kib(subject.pid(), "VmHWM");
+    let peak_rss_kib = proc_kib(subject.pid(), "status", "VmHWM");
     // What it keeps once the pulls are over (issue 21's goal: 16 MiB within 10 s).
     tokio::time::sleep(SETTLE).await;
-    let settled_rss_kib = proc_status_kib(subject.pid(), "VmRSS");
+    let settled_rss_kib = proc_kib(subject.pid(), "status", "VmRSS");
     let first = times.remove(0);
     Figures {
         cpu,

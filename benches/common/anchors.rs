@@ -175,6 +175,41 @@ disabled_plugins = {disabled}
     text
 }
 
+/// A KiB figure of a /proc file's `Name: value kB` lines (status, smaps_rollup); 0 when absent.
+fn kib_field(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One field of /proc/<pid>/<file>, in KiB.
+#[allow(dead_code)] // the daemon benchmark reads whole smaps_rollup only
+fn proc_kib(pid: u32, file: &str, field: &str) -> u64 {
+    kib_field(&std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default(), field)
+}
+
+/// Resident, anonymous (what the node cannot reclaim) and proportional set sizes, in KiB.
+#[derive(Clone, Copy)]
+#[allow(dead_code)] // the benchmarks that take RSS from status read only anon and pss
+struct Memory {
+    rss: u64,
+    anon: u64,
+    pss: u64,
+}
+
+/// A process's memory from one read of /proc/<pid>/smaps_rollup.
+#[allow(dead_code)] // the pull and streaming benchmarks report RSS alone
+fn memory(pid: u32) -> Memory {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    Memory {
+        rss: kib_field(&rollup, "Rss"),
+        anon: kib_field(&rollup, "Anonymous"),
+        pss: kib_field(&rollup, "Pss"),
+    }
+}
+
 #[allow(dead_code)] // not every benchmark compares durations
 fn mean(samples: &[Duration]) -> Duration {
     samples.iter().sum::<Duration>() / samples.len().max(1) as u32

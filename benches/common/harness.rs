@@ -711,16 +711,6 @@ impl Drop for Registry {
 // ---------------------------------------------------------------------------------------------
 // Measuring
 
-fn proc_kib(pid: u32, file: &str, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim_start_matches(':').split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Processes of `daemon`'s shim for pod `id` (command line names the shim and the sandbox ID).
 fn shim_pids(daemon: &Daemon, id: &str) -> Vec<u32> {
     processes()

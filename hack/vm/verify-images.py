@@ -47,6 +47,19 @@ def sha256(data):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+class Mismatch(ValueError):
+    """Bytes that do not hash to the digest they were read by."""
+
+
+def checked(source, digest, data):
+    if sha256(data) != digest:
+        raise Mismatch(f"{digest} from {source.name} does not hash to its digest")
+    return data
+
+
+# Every source returns only bytes that hash to the digest asked for.
+
+
 class Registry:
     """Documents and blobs as the registry serves them (the path after the host is kept)."""
 
@@ -56,10 +69,10 @@ class Registry:
         self.base = f"http://{addr}/v2/{repo}"
 
     def manifest(self, digest):
-        return fetch(f"{self.base}/manifests/{digest}", MANIFEST_TYPES)
+        return checked(self, digest, fetch(f"{self.base}/manifests/{digest}", MANIFEST_TYPES))
 
     def blob(self, digest):
-        return fetch(f"{self.base}/blobs/{digest}")
+        return checked(self, digest, fetch(f"{self.base}/blobs/{digest}"))
 
 
 class ContentStore:
@@ -72,24 +85,22 @@ class ContentStore:
 
     def blob(self, digest):
         with open(os.path.join(self.dir, digest.split(":", 1)[1]), "rb") as f:
-            return f.read()
+            return checked(self, digest, f.read())
 
     manifest = blob
 
     def manifest_of(self, config_digest):
-        """The manifest (hash-checked) among the store's small blobs whose config is this."""
+        """The manifest among the store's small blobs whose config is this."""
         for name in os.listdir(self.dir):
-            path = os.path.join(self.dir, name)
-            if os.path.getsize(path) > 1 << 20:
+            if os.path.getsize(os.path.join(self.dir, name)) > 1 << 20:
                 continue
-            data = self.blob("sha256:" + name)
             try:
-                doc = json.loads(data)
-            except ValueError:
+                doc = json.loads(self.blob("sha256:" + name))
+            except ValueError:  # not JSON, or not its digest
                 continue
             config = doc.get("config") if isinstance(doc, dict) else None
             if isinstance(config, dict) and config.get("digest") == config_digest:
-                return json.loads(checked(self, "sha256:" + name, data))
+                return doc
         return None
 
 
@@ -110,10 +121,9 @@ class StoreThenRegistry:
     def _get(self, digest, local, remote):
         try:
             data = local(digest)
-            if sha256(data) == digest:
-                self.used.add(self.store.name)
-                return data
-        except FileNotFoundError:
+            self.used.add(self.store.name)
+            return data
+        except (FileNotFoundError, Mismatch):
             pass
         for attempt in range(3):
             try:
@@ -133,14 +143,8 @@ class StoreThenRegistry:
         return self._get(digest, self.store.blob, self.registry.blob)
 
 
-def checked(source, digest, data):
-    if sha256(data) != digest:
-        raise ValueError(f"{digest} from {source.name} does not hash to its digest")
-    return data
-
-
 def manifest_for(source, digest):
-    doc = json.loads(checked(source, digest, source.manifest(digest)))
+    doc = json.loads(source.manifest(digest))
     if "manifests" in doc:  # an index: the linux/amd64 entry
         for m in doc["manifests"]:
             p = m.get("platform", {})
@@ -159,7 +163,8 @@ def file_sha256(path):
 
 
 def compare_layer(tar_bytes, fs_dir):
-    """Problems found comparing one uncompressed layer with its snapshot tree."""
+    """Problems found comparing one uncompressed layer with its snapshot tree, and how many
+    entries the layer has."""
     problems = []
     # Hashes by name in the tar and by inode on the disk: busybox is ~280 hard links to one file.
     hashes, disk_hashes = {}, {}
@@ -182,10 +187,7 @@ def compare_layer(tar_bytes, fs_dir):
                 if not stat.S_ISLNK(st.st_mode) or os.readlink(path) != entry.linkname:
                     problems.append(f"{name}: not a symlink to {entry.linkname}")
             elif entry.isreg() or entry.islnk():
-                if entry.islnk():
-                    member = tar.getmember(entry.linkname)
-                else:
-                    member = entry
+                member = tar.getmember(entry.linkname) if entry.islnk() else entry
                 if member.name not in hashes:
                     hashes[member.name] = hashlib.sha256(tar.extractfile(member).read()).hexdigest()
                 want = hashes[member.name]
@@ -193,9 +195,12 @@ def compare_layer(tar_bytes, fs_dir):
                     problems.append(f"{name}: not a regular file")
                 elif st.st_size != member.size:
                     problems.append(f"{name}: {st.st_size} bytes, the layer has {member.size}")
-                elif (disk_hashes.get(st.st_ino) or disk_hashes.setdefault(st.st_ino, file_sha256(path))) != want:
-                    problems.append(f"{name}: contents differ from the layer's")
-    return problems
+                else:
+                    if st.st_ino not in disk_hashes:
+                        disk_hashes[st.st_ino] = file_sha256(path)
+                    if disk_hashes[st.st_ino] != want:
+                        problems.append(f"{name}: contents differ from the layer's")
+        return problems, len(tar.getmembers())
 
 
 def verify(registry, root, image):
@@ -216,13 +221,13 @@ def verify(registry, root, image):
     config_digest = manifest["config"]["digest"]
     if config_digest != image["id"]:
         return False, f"{label}: scute's image ID {image['id']} is not the manifest's config {config_digest}"
-    config = json.loads(checked(source, config_digest, source.blob(config_digest)))
+    config = json.loads(source.blob(config_digest))
     diff_ids = config["rootfs"]["diff_ids"]
     chain = None
     files = 0
     problems = []
     for layer, diff_id in zip(manifest["layers"], diff_ids):
-        blob = checked(source, layer["digest"], source.blob(layer["digest"]))
+        blob = source.blob(layer["digest"])
         raw = gzip.decompress(blob) if "gzip" in layer["mediaType"] else blob
         if sha256(raw) != diff_id:
             return False, f"{label}: layer {layer['digest']} does not uncompress to {diff_id}"
@@ -231,8 +236,8 @@ def verify(registry, root, image):
         if not os.path.isdir(fs_dir):
             problems.append(f"snapshot {chain[:19]} of layer {diff_id[:19]}: no directory {fs_dir}")
             continue
-        found = compare_layer(raw, fs_dir)
-        files += sum(1 for _ in tarfile.open(fileobj=io.BytesIO(raw), mode="r:"))
+        found, entries = compare_layer(raw, fs_dir)
+        files += entries
         problems += [f"layer {diff_id[:19]}: {p}" for p in found]
     if problems:
         shown = "; ".join(problems[:8])
