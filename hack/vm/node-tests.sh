@@ -38,16 +38,28 @@ fail() {
 state=/var/lib/scute-vm-tests
 mkdir -p "$state"
 step_name=""
-step_start=$SECONDS
+step_start=$EPOCHSECONDS
+# A step that reboots (reboot, powercut) runs again in the next boot: its start is kept on the
+# guest's disk, so its time spans its boots, and its line in the timings is rewritten each boot.
 step() {
 	end_step
 	step_name=$*
-	step_start=$SECONDS
+	local saved_start saved_name
+	if read -r saved_start saved_name <"$state/step.start" 2>/dev/null && [[ $saved_name == "$step_name" ]]; then
+		step_start=$saved_start
+	else
+		step_start=$EPOCHSECONDS
+		echo "$step_start $step_name" >"$state/step.start"
+	fi
 	printf '\n==> [vm] %s\n' "$*" >&2
 }
-# Kept on the guest's disk: a step before the reboot is counted after it.
 end_step() {
-	[[ -n $step_name ]] && printf '%6ds  [vm] %s\n' $((SECONDS - step_start)) "$step_name" >>"$state/timings"
+	[[ -n $step_name ]] || return 0
+	{
+		grep -vF "  [vm] $step_name" "$state/timings" 2>/dev/null
+		printf '%6ds  [vm] %s\n' $((EPOCHSECONDS - step_start)) "$step_name"
+	} >"$state/timings.new"
+	mv "$state/timings.new" "$state/timings"
 	step_name=""
 }
 print_timings() {
