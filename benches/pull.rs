@@ -307,7 +307,9 @@ fn unmount_under(dir: &Path) {
     }
 }
 
-fn start_scute() -> Subject {
+/// scute with its defaults, or keeping every layer blob (`[image] discard_unpacked_layers =
+/// false`): the second row shows what writing each layer twice costs.
+fn start_scute(keep_blobs: bool) -> Subject {
     let dir = tempfile::Builder::new().prefix("scute-bench-pull-").tempdir().unwrap();
     let root = dir.path().join("root");
     let state = dir.path().join("state");
@@ -320,7 +322,8 @@ fn start_scute() -> Subject {
     std::fs::write(
         &config,
         format!(
-            "root = {root:?}\nstate = {state:?}\n[grpc]\naddress = {socket:?}\n[cni]\nconf_dir = {net:?}\n[registry]\nconfig_path = {certs:?}\n"
+            "root = {root:?}\nstate = {state:?}\n[grpc]\naddress = {socket:?}\n[cni]\nconf_dir = {net:?}\n[registry]\nconfig_path = {certs:?}\n[image]\ndiscard_unpacked_layers = {}\n",
+            !keep_blobs
         ),
     )
     .unwrap();
@@ -335,7 +338,7 @@ fn start_scute() -> Subject {
         .spawn()
         .expect("start scute");
     let mut subject = Subject {
-        name: "scute".into(),
+        name: if keep_blobs { "scute (blobs)" } else { "scute" }.into(),
         child: Some(child),
         socket,
         root,
@@ -609,8 +612,8 @@ fn main() {
             "image: {image}: {layer_count} {compression} layer(s), {:.1} MB compressed; 1 cold pull + {repeats} × (RemoveImage, PullImage) per runtime, each on a fresh daemon",
             mb(compressed)
         );
-        {
-            let subject = start_scute();
+        for keep_blobs in [false, true] {
+            let subject = start_scute(keep_blobs);
             let figures = measure_on(&subject, &image, *repeats);
             results.push((variant.clone(), subject.name.clone(), compressed, figures));
         }

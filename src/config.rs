@@ -115,6 +115,9 @@ pub struct ImageConfig {
     pub min_free_disk_percent: u8,
     /// Seconds without progress after which a pull is aborted; 0: never.
     pub pull_progress_timeout_seconds: u64,
+    /// Drop a layer's compressed blob once its snapshot is unpacked (containerd's
+    /// `discard_unpacked_layers`).
+    pub discard_unpacked_layers: bool,
     pub sandbox_image: String,
 }
 

@@ -51,6 +51,7 @@ pub async fn serve(config: Config) -> Result<()> {
             root: &config.root,
             hosts_dir: &config.registry.config_path,
             max_concurrent_downloads: config.image.max_concurrent_downloads,
+            discard_unpacked_layers: config.image.discard_unpacked_layers,
             min_free_disk_percent: config.image.min_free_disk_percent,
             pull_progress_timeout: std::time::Duration::from_secs(config.image.pull_progress_timeout_seconds),
             pinned: vec![ImageRef::parse(&config.image.sandbox_image)?.to_string()],

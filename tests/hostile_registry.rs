@@ -1450,8 +1450,21 @@ async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
         data: gzipped.clone(),
         sent: gzipped.len() / 2,
     };
-    let stalled = format!("sha256:{}", "5".repeat(64));
-    serve_image_with_typed_layer(&registry, "hostile/stalled", GZIP, len, &stalled, &diff_id, body);
+    // Its own diff ID: with the slow image's, its layer would be the snapshot already unpacked
+    // (same content, whatever the compressed digest) and nothing would be downloaded.
+    let (stalled, stalled_diff_id) = (
+        format!("sha256:{}", "5".repeat(64)),
+        format!("sha256:{}", "6".repeat(64)),
+    );
+    serve_image_with_typed_layer(
+        &registry,
+        "hostile/stalled",
+        GZIP,
+        len,
+        &stalled,
+        &stalled_diff_id,
+        body,
+    );
     let started = std::time::Instant::now();
     let err = pull(&daemon, &registry.image("hostile/stalled")).await.unwrap_err();
     eprintln!("stalled: {err:?} after {:?}", started.elapsed());

@@ -1023,3 +1023,82 @@ async fn garbage_collection_spares_pulls_in_flight() {
     let config = daemon.root.join("content/blobs/sha256").join(&id[7..]);
     assert!(config.exists(), "the big image's config blob survived");
 }
+
+/// The digest of the one layer of an OCI layout's image.
+fn layout_layer(layout: &Path) -> String {
+    let read = |path: PathBuf| -> serde_json::Value { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
+    let index = read(layout.join("index.json"));
+    let manifest = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("sha256:")
+        .unwrap()
+        .to_string();
+    let manifest = read(layout.join("blobs/sha256").join(manifest));
+    manifest["layers"][0]["digest"].as_str().unwrap().to_string()
+}
+
+/// `[image] discard_unpacked_layers` (on by default): a pulled layer's compressed blob is dropped
+/// once its snapshot is unpacked, so the disk gets each layer once; the image's manifest and
+/// config stay, the image runs from its snapshot, and pulls again after RemoveImage. A checkpoint
+/// image keeps its layer (a restore reads it), and so does every image with the setting off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layer_blobs_are_dropped_once_unpacked_unless_kept() {
+    let registry = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let plain = push_image(&registry, work.path(), "e2e-test-images/plain:1", "plain", &[]);
+    let checkpoint = push_image(
+        &registry,
+        work.path(),
+        "e2e-test-images/checkpoint:1",
+        "checkpoint",
+        &["--annotation", "checkpointctl.annotation.checkpoint.name=c"],
+    );
+    let blob = |daemon: &Daemon, digest: &str| {
+        daemon
+            .root
+            .join("content/blobs/sha256")
+            .join(digest.strip_prefix("sha256:").unwrap())
+    };
+    let (plain_layer, checkpoint_layer) = (layout_layer(&plain), layout_layer(&checkpoint));
+
+    let daemon = Daemon::start("");
+    daemon.mirror_public_registries_to(&registry.addr);
+    for round in ["first", "after RemoveImage"] {
+        let id = pull(&daemon, "registry.k8s.io/e2e-test-images/plain:1").await.unwrap();
+        assert!(
+            !blob(&daemon, &plain_layer).exists(),
+            "{round} pull: the layer blob was kept"
+        );
+        assert!(blob(&daemon, &id).exists(), "{round} pull: the config blob is gone");
+        let dirs = snapshot_dirs(&daemon, &id).await;
+        assert_eq!(std::fs::read_to_string(dirs[0].join("etc/marker")).unwrap(), "plain");
+        if round == "first" {
+            remove(&daemon, "registry.k8s.io/e2e-test-images/plain:1")
+                .await
+                .unwrap();
+            assert!(!dirs[0].exists(), "RemoveImage left the snapshot");
+        }
+    }
+    pull(&daemon, "registry.k8s.io/e2e-test-images/checkpoint:1")
+        .await
+        .unwrap();
+    assert!(
+        blob(&daemon, &checkpoint_layer).exists(),
+        "a checkpoint image's layer blob was dropped"
+    );
+    let ingests: Vec<_> = std::fs::read_dir(daemon.root.join("content/ingest"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(ingests.is_empty(), "downloads left behind: {ingests:?}");
+
+    let keeping = Daemon::start("[image]\ndiscard_unpacked_layers = false\n");
+    keeping.mirror_public_registries_to(&registry.addr);
+    pull(&keeping, "registry.k8s.io/e2e-test-images/plain:1").await.unwrap();
+    assert!(
+        blob(&keeping, &plain_layer).exists(),
+        "discard_unpacked_layers = false dropped the layer"
+    );
+}

@@ -421,7 +421,7 @@ powercut_check() {
 	fi
 	# Every image listed matches its layers' digests, file for file.
 	local verified
-	verified=$(python3 hack/vm/verify-images.py "$registry" 2>&1) ||
+	verified=$(python3 hack/vm/verify-images.py "$registry" --cache "$state/layer-cache" 2>&1) ||
 		pc_fail "after cut $n ($last) an image is listed that is not whole: $verified"
 	# What an RPC returned before the cut is there (or, for a removal, gone).
 	local kind what

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Checks every image scute lists, file by file, against its layers' digests.
 
-    verify-images.py REGISTRY_ADDR [SCUTE_ROOT]       (run in the VM guest, as root)
+    verify-images.py REGISTRY_ADDR [SCUTE_ROOT] [--cache DIR]     (run in the VM guest, as root)
 
 For each image `crictl images` lists: its manifest by the digest scute recorded, the config
 (which must be the image's ID) and each layer blob are read from scute's content store when
-there and hashing to their digests, else fetched from REGISTRY_ADDR (the path after the
-registry host is kept, as hack/mirrors.sh sends it); each layer's uncompressed digest (the
+there and hashing to their digests, else from DIR (what earlier runs fetched), else fetched
+from REGISTRY_ADDR (the path after the registry host is kept, as hack/mirrors.sh sends it) and
+kept in DIR; scute drops layer blobs once unpacked, so without DIR every run fetches every
+layer again. Each layer's uncompressed digest (the
 config's diff_id) is checked, and every entry of its tar compared with the layer's
 snapshot in SCUTE_ROOT/snapshots/<chain ID>/fs: regular files by size and SHA-256, directories,
 symlinks by target, hard links by content. Whiteouts are not compared (an overlay whiteout is a
@@ -104,14 +106,32 @@ class ContentStore:
         return None
 
 
+class Cache(ContentStore):
+    """What earlier runs fetched from the registry (--cache DIR), kept outside scute's root."""
+
+    name = "the checker's cache"
+
+    def __init__(self, directory):
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+
+    def put(self, digest, data):
+        path = os.path.join(self.dir, digest.split(":", 1)[1])
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+
+
 class StoreThenRegistry:
     """Each document or blob from scute's content store when it is there and hashes to its
     digest, else from the registry (a layer scute dropped after a power cut, or never kept).
     Local first: the guest reaches the registry through qemu's user-mode network, which once
     stalled a download past a minute."""
 
-    def __init__(self, store, registry):
-        self.store, self.registry = store, registry
+    def __init__(self, store, registry, cache=None):
+        self.store, self.registry, self.cache = store, registry, cache
         self.used = set()
 
     @property
@@ -119,16 +139,19 @@ class StoreThenRegistry:
         return " and ".join(sorted(self.used)) or self.store.name
 
     def _get(self, digest, local, remote):
-        try:
-            data = local(digest)
-            self.used.add(self.store.name)
-            return data
-        except (FileNotFoundError, Mismatch):
-            pass
+        for source, read in [(self.store, local)] + ([(self.cache, self.cache.blob)] if self.cache else []):
+            try:
+                data = read(digest)
+                self.used.add(source.name)
+                return data
+            except (FileNotFoundError, Mismatch):
+                pass
         for attempt in range(3):
             try:
                 data = remote(digest)
                 self.used.add(self.registry.name)
+                if self.cache:
+                    self.cache.put(digest, data)
                 return data
             except urllib.error.HTTPError:
                 raise
@@ -203,14 +226,14 @@ def compare_layer(tar_bytes, fs_dir):
         return problems, len(tar.getmembers())
 
 
-def verify(registry, root, image):
+def verify(registry, root, image, cache):
     """One image: (ok, message)."""
     tags = image.get("repoTags") or []
     label = tags[0] if tags else image["id"][:19]
     digests = image.get("repoDigests") or []
     if digests:
         name, digest = digests[0].split("@", 1)
-        source = StoreThenRegistry(ContentStore(root), Registry(registry, name.split("/", 1)[1]))
+        source = StoreThenRegistry(ContentStore(root), Registry(registry, name.split("/", 1)[1]), cache)
         manifest = manifest_for(source, digest)
     else:
         # No registry named it (an image made on the node): its manifest in the content store.
@@ -247,11 +270,20 @@ def verify(registry, root, image):
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    cache = None
+    if "--cache" in args:
+        at = args.index("--cache")
+        if at + 1 >= len(args):
+            print(__doc__, file=sys.stderr)
+            return 2
+        cache = Cache(args[at + 1])
+        del args[at : at + 2]
+    if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    registry = sys.argv[1]
-    root = sys.argv[2] if len(sys.argv) > 2 else "/var/lib/scute"
+    registry = args[0]
+    root = args[1] if len(args) > 1 else "/var/lib/scute"
     try:
         out = subprocess.run(["crictl", "images", "-o", "json"], check=True, capture_output=True).stdout
         images = json.loads(out)["images"]
@@ -261,7 +293,7 @@ def main():
     bad = 0
     for image in images:
         try:
-            ok, message = verify(registry, root, image)
+            ok, message = verify(registry, root, image, cache)
         except Exception as e:  # noqa: BLE001 - a failed fetch or a bad document is a finding
             ok, message = False, f"{(image.get('repoTags') or [image['id']])[0]}: could not be checked: {e}"
         print(("ok   " if ok else "FAIL ") + message)

@@ -298,6 +298,7 @@ fn open_stopped(config: &Config) -> anyhow::Result<(Arc<Store>, Arc<ImageManager
             root: &config.root,
             hosts_dir: &config.registry.config_path,
             max_concurrent_downloads: 1,
+            discard_unpacked_layers: config.image.discard_unpacked_layers,
             min_free_disk_percent: 0,
             pull_progress_timeout: Duration::ZERO,
             pinned: vec![crate::distribution::reference::ImageRef::parse(&config.image.sandbox_image)?.to_string()],

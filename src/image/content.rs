@@ -155,6 +155,7 @@ impl ContentStore {
             resumed,
             written: resumed,
             writeback_from: resumed,
+            writeback: true,
             hasher: Sha256::new(),
         }))
     }
@@ -220,6 +221,8 @@ pub struct Ingest {
     written: u64,
     /// Where the bytes not yet handed to writeback start.
     writeback_from: u64,
+    /// Off for a blob dropped once its layer is unpacked: its bytes need never reach the disk.
+    writeback: bool,
     hasher: Sha256,
 }
 
@@ -272,7 +275,7 @@ impl Ingest {
         self.file.write_all(chunk).map_err(io_err(&self.path))?;
         self.hasher.update(chunk);
         self.written += chunk.len() as u64;
-        if self.written - self.writeback_from >= WRITEBACK_EVERY {
+        if self.writeback && self.written - self.writeback_from >= WRITEBACK_EVERY {
             self.start_writeback();
         }
         Ok(())
@@ -295,6 +298,28 @@ impl Ingest {
             libc::sync_file_range(self.file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
         }
         self.writeback_from = self.written;
+    }
+
+    /// For a blob that is dropped once checked ([`Ingest::check_and_drop`]): no writeback is
+    /// started, so bytes deleted before the next sync never go to the disk. A download cut
+    /// short still keeps what the page cache holds, for a retry to resume.
+    pub fn without_writeback(mut self) -> Ingest {
+        self.writeback = false;
+        self
+    }
+
+    /// Verifies the whole blob against `expected`, then removes it: the layer it held is
+    /// unpacked and the store does not keep it (`[image] discard_unpacked_layers`).
+    pub fn check_and_drop(self, expected: &Digest) -> Result<(), ContentError> {
+        let actual = Digest::from_hasher(self.hasher);
+        let _ = fs::remove_file(&self.path);
+        if &actual != expected {
+            return Err(ContentError::DigestMismatch {
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        Ok(())
     }
 
     /// Verifies the whole blob against `expected` and moves it into the store.

@@ -85,12 +85,21 @@ impl From<std::io::Error> for ImageError {
     }
 }
 
+/// The manifest annotations that mark a checkpoint image: checkpointctl's (containerd's) and
+/// CRI-O's. A pull keeps such an image's layer blob: a restore reads it.
+pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
+    "checkpointctl.annotation.checkpoint.name",
+    "io.kubernetes.cri-o.annotations.checkpoint.name",
+];
+
 pub struct ImageManager {
     store: Arc<Store>,
     content: ContentStore,
     snapshots: Snapshotter,
     hosts_dir: PathBuf,
     max_concurrent_downloads: usize,
+    /// Layer blobs are dropped once unpacked (`[image] discard_unpacked_layers`).
+    discard_unpacked_layers: bool,
     disk_reserve: DiskReserve,
     pulls: progress::Pulls,
     pull_progress_timeout: std::time::Duration,
@@ -137,6 +146,7 @@ pub struct ImageManagerConfig<'a> {
     pub root: &'a Path,
     pub hosts_dir: &'a Path,
     pub max_concurrent_downloads: usize,
+    pub discard_unpacked_layers: bool,
     /// What a pull leaves free on `root`'s filesystem (`[image] min_free_disk_percent`).
     pub min_free_disk_percent: u8,
     /// A pull that made no progress for this long is aborted; zero: never.
@@ -155,6 +165,7 @@ impl ImageManager {
             store,
             hosts_dir: config.hosts_dir.to_path_buf(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
+            discard_unpacked_layers: config.discard_unpacked_layers,
             disk_reserve: DiskReserve::new(config.root, config.min_free_disk_percent),
             pulls: progress::Pulls::default(),
             pull_progress_timeout: config.pull_progress_timeout,

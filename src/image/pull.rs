@@ -1,7 +1,9 @@
 //! The pull pipeline: resolve the manifest, fetch the config, then for every layer not already
 //! unpacked, stream it from the registry into its ingest file while decompressing and unpacking
 //! it in the same pass (no second read of the blob), several layers at once. Every layer is
-//! verified (compressed digest and diff ID) before its blob and snapshot are committed.
+//! verified (compressed digest and diff ID) before its blob and snapshot are committed. The
+//! blob is then dropped, unless the configuration or the image (a checkpoint) keeps it, and the
+//! pull's snapshots go in place together after one sync: so the disk gets each layer once.
 //!
 //! An interrupted download (deadline, network) keeps its ingest file; the next pull replays those
 //! bytes from disk and asks the registry for the rest with a Range request.
@@ -125,6 +127,7 @@ impl ImageManager {
         }
         let chains = chain_ids(&diff_ids);
         let _chain_lease = self.lease(chains.clone());
+        let keep_blobs = !self.discard_unpacked_layers || is_checkpoint(&manifest, resolved.index.as_ref());
 
         // All layers at once, bounded by max_concurrent_downloads.
         let limit = Arc::new(Semaphore::new(self.max_concurrent_downloads));
@@ -151,14 +154,26 @@ impl ImageManager {
             let remote = &remote;
             async move {
                 let _slot = limit.acquire().await.expect("semaphore never closed");
-                self.ensure_layer(remote, descriptor, layer, parent.clone(), progress)
+                let unpacked = self
+                    .ensure_layer(remote, descriptor, layer, parent.clone(), keep_blobs, progress)
                     .await?;
                 progress.layer_done();
-                Ok::<(), PullError>(())
+                Ok::<Option<Unpacked>, PullError>(unpacked)
             }
         });
+        let mut unpacked = Vec::new();
+        let mut failed = None;
         for result in futures_util::future::join_all(jobs).await {
-            result.map_err(pull_err)?;
+            match result {
+                Ok(layer) => unpacked.extend(layer),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        // The layers that did unpack are committed even when another failed: a retry starts
+        // from them.
+        self.commit_layers(unpacked).await.map_err(pull_err)?;
+        if let Some(e) = failed {
+            return Err(pull_err(e));
         }
         progress.committing();
 
@@ -196,30 +211,34 @@ impl ImageManager {
         Ok(record)
     }
 
-    /// Makes sure the snapshot of one layer exists: already there, unpacked from a blob we
-    /// have, or downloaded and unpacked in one pass.
+    /// Makes sure the snapshot of one layer exists or is unpacked: already there (None),
+    /// unpacked from a blob we have, or downloaded and unpacked in one pass. What it unpacked
+    /// is committed with the pull's other layers ([`ImageManager::commit_layers`]).
     async fn ensure_layer(
         &self,
         remote: &Remote,
         descriptor: &OciDescriptor,
         layer: &LayerRecord,
         parent: Option<Digest>,
+        keep_blob: bool,
         progress: &Arc<PullState>,
-    ) -> Result<(), PullError> {
+    ) -> Result<Option<Unpacked>, PullError> {
         let io = |e: io::Error| PullError::Remote(format!("layer {}: {e}", layer.digest));
-        if self.layer_ready(layer) {
+        if self.layer_ready(layer, keep_blob) {
             progress.add_bytes(layer.size);
-            return Ok(());
+            return Ok(None);
         }
         let _one_download = self.lock_for_pull(layer.digest.as_str(), progress).await;
-        if self.layer_ready(layer) {
+        if self.layer_ready(layer, keep_blob) {
             progress.add_bytes(layer.size);
-            return Ok(());
+            return Ok(None);
         }
-        let decoder = Decoder::for_media_type(&layer.media_type)?;
+        // A pull waiting here for another's download of this layer finds it ready only once that
+        // pull committed it: until then it unpacks its own copy (the first to commit is kept).
         let pending = self.snapshots.prepare().map_err(io)?;
         let dest = pending.fs();
         let unpacked_bytes = if self.content.has(&layer.digest) {
+            let decoder = Decoder::for_media_type(&layer.media_type)?;
             progress.add_bytes(layer.size);
             let blob = self.content.blob_path(&layer.digest);
             let (expected, dest, meter) = (layer.clone(), dest.clone(), self.disk_reserve.meter());
@@ -231,20 +250,41 @@ impl ImageManager {
             .await
             .map_err(|e| PullError::Remote(e.to_string()))??
         } else {
-            self.download_and_unpack(remote, descriptor, layer, decoder, dest, progress)
+            self.download_and_unpack(remote, descriptor, layer, dest, keep_blob, progress)
                 .await?
         };
-        let tally = self.snapshots.commit(pending, &layer.chain_id).map_err(io)?;
-        let record = SnapshotRecord {
-            chain_id: layer.chain_id.clone(),
-            parent,
-            diff_id: layer.diff_id.clone(),
-            size: unpacked_bytes,
-            tally: Some(tally),
-        };
-        self.store
-            .put(&record)
-            .map_err(|e| PullError::Remote(format!("recording snapshot {}: {e}", layer.chain_id)))?;
+        Ok(Some(Unpacked {
+            pending,
+            record: SnapshotRecord {
+                chain_id: layer.chain_id.clone(),
+                parent,
+                diff_id: layer.diff_id.clone(),
+                size: unpacked_bytes,
+                tally: None,
+            },
+        }))
+    }
+
+    /// Puts a pull's unpacked layers in place with one sync of the filesystem, then records
+    /// them: a record names only a snapshot whose files are on the disk.
+    async fn commit_layers(&self, unpacked: Vec<Unpacked>) -> Result<(), PullError> {
+        if unpacked.is_empty() {
+            return Ok(());
+        }
+        let (pendings, mut records): (Vec<_>, Vec<_>) = unpacked
+            .into_iter()
+            .map(|u| ((u.pending, u.record.chain_id.clone()), u.record))
+            .unzip();
+        let tallies = self
+            .snapshots
+            .commit_all(pendings)
+            .map_err(|e| PullError::Remote(format!("putting the unpacked layers in place: {e}")))?;
+        for (record, tally) in records.iter_mut().zip(tallies) {
+            record.tally = Some(tally);
+            self.store
+                .put(&*record)
+                .map_err(|e| PullError::Remote(format!("recording snapshot {}: {e}", record.chain_id)))?;
+        }
         Ok(())
     }
 
@@ -259,7 +299,9 @@ impl ImageManager {
         .map_err(|e: ContentError| PullError::Remote(e.to_string()))
     }
 
-    fn layer_ready(&self, layer: &LayerRecord) -> bool {
+    /// The layer's snapshot is in place and recorded (and its blob kept, if the image keeps
+    /// its blobs).
+    fn layer_ready(&self, layer: &LayerRecord, keep_blob: bool) -> bool {
         self.snapshots.exists(&layer.chain_id)
             && self
                 .store
@@ -267,7 +309,7 @@ impl ImageManager {
                 .ok()
                 .flatten()
                 .is_some()
-            && self.content.has(&layer.digest)
+            && (!keep_blob || self.content.has(&layer.digest))
     }
 
     async fn download_and_unpack(
@@ -275,10 +317,11 @@ impl ImageManager {
         remote: &Remote,
         descriptor: &OciDescriptor,
         layer: &LayerRecord,
-        decoder: Decoder,
         dest: std::path::PathBuf,
+        keep_blob: bool,
         progress: &Arc<PullState>,
     ) -> Result<u64, PullError> {
+        let decoder = Decoder::for_media_type(&layer.media_type)?;
         // The download and the unpack both write to the disk the reserve protects.
         let meter = Arc::new(self.disk_reserve.meter());
         let Some(mut ingest) = self.open_ingest(&layer.digest).await? else {
@@ -295,6 +338,9 @@ impl ImageManager {
         if ingest.resumed() >= layer.size {
             // A complete-but-uncommitted or oversized leftover: start over.
             ingest = ingest.truncate().map_err(|e| PullError::Remote(e.to_string()))?;
+        }
+        if !keep_blob {
+            ingest = ingest.without_writeback();
         }
         tracing::debug!(layer = %layer.digest, size = layer.size, offset = ingest.resumed(), "downloading layer");
         let (stream, resumed) = remote.blob_stream(descriptor, ingest.resumed()).await?;
@@ -330,10 +376,13 @@ impl ImageManager {
                 meter,
             };
             let (unpacked, source) = unpack_download(source, decoder, &dest, &expected, &worker_progress)?;
-            source
-                .ingest
-                .commit(&content, &expected.digest)
-                .map_err(|e| PullError::Integrity(format!("layer {}: {e}", expected.digest)))?;
+            let checked = if keep_blob {
+                source.ingest.commit(&content, &expected.digest)
+            } else {
+                // Gone before the pull's sync: its bytes need not reach the disk.
+                source.ingest.check_and_drop(&expected.digest)
+            };
+            checked.map_err(|e| PullError::Integrity(format!("layer {}: {e}", expected.digest)))?;
             Ok::<u64, PullError>(unpacked)
         });
 
@@ -363,6 +412,30 @@ impl ImageManager {
         drop(tx);
         worker.await.map_err(|e| PullError::Remote(e.to_string()))?
     }
+}
+
+/// A layer unpacked by this pull, not yet in place.
+struct Unpacked {
+    pending: crate::snapshot::PendingSnapshot,
+    record: SnapshotRecord,
+}
+
+/// A checkpoint image (its manifest or index annotated as one) keeps its layer blob: a restore
+/// reads it.
+fn is_checkpoint(manifest: &OciImageManifest, index: Option<&(Vec<u8>, Digest)>) -> bool {
+    let marked = |annotations: Option<&serde_json::Map<String, serde_json::Value>>| {
+        annotations.is_some_and(|a| super::CHECKPOINT_ANNOTATIONS.iter().any(|k| a.contains_key(*k)))
+    };
+    let in_manifest = manifest
+        .annotations
+        .as_ref()
+        .is_some_and(|a| super::CHECKPOINT_ANNOTATIONS.iter().any(|k| a.contains_key(*k)));
+    in_manifest
+        || index.is_some_and(|(bytes, _)| {
+            serde_json::from_slice::<serde_json::Value>(bytes)
+                .ok()
+                .is_some_and(|doc| marked(doc["annotations"].as_object()))
+        })
 }
 
 /// Layer compression, from the descriptor's media type.

@@ -157,23 +157,41 @@ impl Snapshotter {
     /// its files are on the disk before the snapshot is in place, and the rename is before the
     /// caller records it. If another pull committed the same chain meanwhile, theirs is kept and
     /// this one dropped.
-    ///
-    /// One syncfs per layer, not an fsync per file: a power cut right after a pull must not
-    /// leave a recorded snapshot whose files the disk never got (containerd's differ syncs
-    /// nothing by default, and nodes were left with empty files in good snapshots:
-    /// containerd#8895, #10284).
-    pub fn commit(&self, mut pending: PendingSnapshot, chain_id: &Digest) -> io::Result<Tally> {
-        let target = self.dir(chain_id);
-        if target.exists() {
-            return Tally::of(&target.join("fs"));
+    pub fn commit(&self, pending: PendingSnapshot, chain_id: &Digest) -> io::Result<Tally> {
+        let mut tallies = self.commit_all(vec![(pending, chain_id.clone())])?;
+        Ok(tallies.pop().expect("one tally per snapshot"))
+    }
+
+    /// [`Snapshotter::commit`] for several unpacks at once (a pull's layers), with one syncfs
+    /// for all of them, not an fsync per file: a power cut right after a pull must not leave a
+    /// recorded snapshot whose files the disk never got (containerd's differ syncs nothing by
+    /// default, and nodes were left with empty files in good snapshots: containerd#8895,
+    /// #10284). One sync per pull, after its layer blobs are dropped, also keeps a discarded
+    /// blob's bytes off the disk (a sync per layer would write the other layers' downloads).
+    pub fn commit_all(&self, pendings: Vec<(PendingSnapshot, Digest)>) -> io::Result<Vec<Tally>> {
+        let mut tallies = Vec::with_capacity(pendings.len());
+        for (pending, chain_id) in &pendings {
+            let target = self.dir(chain_id);
+            tallies.push(if target.exists() {
+                Tally::of(&target.join("fs"))?
+            } else {
+                Tally::of(&pending.fs())?
+            });
         }
-        let tally = Tally::of(&pending.fs())?;
-        scute_sys::files::sync_filesystem(&pending.dir)?;
-        fs::rename(&pending.dir, &target)?;
-        self.changes.fetch_add(1, Ordering::AcqRel);
+        if pendings.iter().any(|(_, chain_id)| !self.dir(chain_id).exists()) {
+            scute_sys::files::sync_filesystem(&self.root)?;
+        }
+        for (mut pending, chain_id) in pendings {
+            let target = self.dir(&chain_id);
+            if target.exists() {
+                continue; // another pull's; ours is dropped with `pending`
+            }
+            fs::rename(&pending.dir, &target)?;
+            self.changes.fetch_add(1, Ordering::AcqRel);
+            pending.committed = true;
+        }
         scute_sys::files::sync_dir(&self.root)?;
-        pending.committed = true;
-        Ok(tally)
+        Ok(tallies)
     }
 
     /// How many times a snapshot was put in place or removed so far: the snapshots held changed

@@ -25,12 +25,7 @@ use crate::image::pull::Decoder;
 use crate::image::record::ImageRecord;
 use crate::image::ImageError;
 
-/// The manifest annotations that mark a checkpoint image: checkpointctl's (containerd's) and
-/// CRI-O's.
-pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
-    "checkpointctl.annotation.checkpoint.name",
-    "io.kubernetes.cri-o.annotations.checkpoint.name",
-];
+pub use crate::image::CHECKPOINT_ANNOTATIONS;
 
 /// Where a checkpoint's files are: a tar either way.
 #[derive(Debug, Clone)]
