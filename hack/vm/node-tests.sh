@@ -45,7 +45,8 @@ step() {
 	end_step
 	step_name=$*
 	local saved_start saved_name
-	if read -r saved_start saved_name <"$state/step.start" 2>/dev/null && [[ $saved_name == "$step_name" ]]; then
+	if [[ -e $state/step.start ]] && read -r saved_start saved_name <"$state/step.start" &&
+		[[ $saved_name == "$step_name" ]]; then
 		step_start=$saved_start
 	else
 		step_start=$EPOCHSECONDS
@@ -56,7 +57,8 @@ step() {
 end_step() {
 	[[ -n $step_name ]] || return 0
 	{
-		grep -vF "  [vm] $step_name" "$state/timings" 2>/dev/null
+		# Not yet there for the first step; grep's status 1 (no other line) is no error either.
+		grep -vF "  [vm] $step_name" "$state/timings" 2>/dev/null || true
 		printf '%6ds  [vm] %s\n' $((EPOCHSECONDS - step_start)) "$step_name"
 	} >"$state/timings.new"
 	mv "$state/timings.new" "$state/timings"
