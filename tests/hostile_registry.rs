@@ -1479,6 +1479,68 @@ async fn a_stalled_pull_is_aborted_and_a_slow_one_is_watched_to_its_end() {
     assert!(listed.contains("(no pull in flight)"), "{listed}");
 }
 
+/// A pull aborted while one layer stalls keeps the layers it finished: their snapshots are put
+/// in place and recorded (a pull's layers are committed together, after one sync, so the
+/// cancelled pull's are committed as it goes), and the retry downloads only the stalled layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_pull_keeps_the_layers_it_finished() {
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("[image]\npull_progress_timeout_seconds = 2\n");
+    let repo = "hostile/halfway";
+    let (done, stalls) = (layer_tar(), one_file_tar("second", &[7u8; 64 << 10]));
+    let (done_digest, stalls_digest) = (sha256(&done), sha256(&stalls));
+    let config = config_json(&[done_digest.clone(), stalls_digest.clone()]);
+    registry.blob(repo, &sha256(&config), CONFIG, Body::Sized(config.clone()));
+    registry.blob(repo, &done_digest, LAYER, Body::Sized(done.clone()));
+    let half = stalls.len() / 2;
+    registry.blob(
+        repo,
+        &stalls_digest,
+        LAYER,
+        Body::Stall {
+            data: stalls.clone(),
+            sent: half,
+        },
+    );
+    let manifest = manifest_json(
+        descriptor(CONFIG, &sha256(&config), config.len() as u64),
+        vec![
+            descriptor(LAYER, &done_digest, done.len() as u64),
+            descriptor(LAYER, &stalls_digest, stalls.len() as u64),
+        ],
+    );
+    registry.manifest(repo, "v1", MANIFEST, Body::Sized(manifest));
+
+    let err = pull(&daemon, &registry.image(repo)).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    // The first layer's chain ID is its diff ID (an uncompressed layer: its digest).
+    let snapshot = daemon
+        .root
+        .join("snapshots")
+        .join(done_digest.trim_start_matches("sha256:"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !snapshot.join("fs").is_dir() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        snapshot.join("fs").is_dir(),
+        "the finished layer's snapshot is not in place"
+    );
+
+    registry.blob(repo, &stalls_digest, LAYER, Body::Sized(stalls.clone()));
+    pull(&daemon, &registry.image(repo)).await.unwrap();
+    let fetched = |digest: &str| {
+        let path = format!("/v2/{repo}/blobs/{digest}");
+        registry.seen().iter().filter(|(p, _)| *p == path).count()
+    };
+    assert_eq!(fetched(&done_digest), 1, "the finished layer was downloaded again");
+    assert_eq!(
+        fetched(&stalls_digest),
+        2,
+        "the stalled layer: once stalled, once whole"
+    );
+}
+
 /// What `scute pulls` prints for `daemon`.
 fn scute_pulls(daemon: &Daemon) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_scute"))

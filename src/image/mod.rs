@@ -95,7 +95,7 @@ pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
 pub struct ImageManager {
     store: Arc<Store>,
     content: ContentStore,
-    snapshots: Snapshotter,
+    snapshots: Arc<Snapshotter>,
     hosts_dir: PathBuf,
     max_concurrent_downloads: usize,
     /// Layer blobs are dropped once unpacked (`[image] discard_unpacked_layers`).
@@ -161,7 +161,7 @@ impl ImageManager {
         let snapshots_root = config.root.join("snapshots");
         Ok(ImageManager {
             content: ContentStore::open(&content_root)?,
-            snapshots: Snapshotter::open(&snapshots_root)?,
+            snapshots: Arc::new(Snapshotter::open(&snapshots_root)?),
             store,
             hosts_dir: config.hosts_dir.to_path_buf(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),

@@ -149,29 +149,27 @@ impl ImageManager {
             layers.push((layer, parent, descriptor));
         }
         progress.downloading(layers.iter().map(|(l, _, _)| l.size).sum(), layers.len());
+        // Each unpacked layer is handed to `unpacked` as it finishes: the layers that did unpack
+        // are committed even when another fails or the pull is cancelled, so a retry starts
+        // from them.
+        let unpacked = UnpackedLayers::new(self.snapshots.clone(), self.store.clone());
         let jobs = layers.iter().map(|(layer, parent, descriptor)| {
-            let limit = limit.clone();
-            let remote = &remote;
+            let (limit, remote, unpacked) = (limit.clone(), &remote, &unpacked);
             async move {
                 let _slot = limit.acquire().await.expect("semaphore never closed");
-                let unpacked = self
+                let layer = self
                     .ensure_layer(remote, descriptor, layer, parent.clone(), keep_blobs, progress)
                     .await?;
+                unpacked.add(layer);
                 progress.layer_done();
-                Ok::<Option<Unpacked>, PullError>(unpacked)
+                Ok::<(), PullError>(())
             }
         });
-        let mut unpacked = Vec::new();
-        let mut failed = None;
-        for result in futures_util::future::join_all(jobs).await {
-            match result {
-                Ok(layer) => unpacked.extend(layer),
-                Err(e) => failed = failed.or(Some(e)),
-            }
-        }
-        // The layers that did unpack are committed even when another failed: a retry starts
-        // from them.
-        self.commit_layers(unpacked).await.map_err(pull_err)?;
+        let failed = futures_util::future::join_all(jobs)
+            .await
+            .into_iter()
+            .find_map(Result::err);
+        unpacked.commit().map_err(pull_err)?;
         if let Some(e) = failed {
             return Err(pull_err(e));
         }
@@ -213,7 +211,7 @@ impl ImageManager {
 
     /// Makes sure the snapshot of one layer exists or is unpacked: already there (None),
     /// unpacked from a blob we have, or downloaded and unpacked in one pass. What it unpacked
-    /// is committed with the pull's other layers ([`ImageManager::commit_layers`]).
+    /// is committed with the pull's other layers (`UnpackedLayers`).
     async fn ensure_layer(
         &self,
         remote: &Remote,
@@ -263,29 +261,6 @@ impl ImageManager {
                 tally: None,
             },
         }))
-    }
-
-    /// Puts a pull's unpacked layers in place with one sync of the filesystem, then records
-    /// them: a record names only a snapshot whose files are on the disk.
-    async fn commit_layers(&self, unpacked: Vec<Unpacked>) -> Result<(), PullError> {
-        if unpacked.is_empty() {
-            return Ok(());
-        }
-        let (pendings, mut records): (Vec<_>, Vec<_>) = unpacked
-            .into_iter()
-            .map(|u| ((u.pending, u.record.chain_id.clone()), u.record))
-            .unzip();
-        let tallies = self
-            .snapshots
-            .commit_all(pendings)
-            .map_err(|e| PullError::Remote(format!("putting the unpacked layers in place: {e}")))?;
-        for (record, tally) in records.iter_mut().zip(tallies) {
-            record.tally = Some(tally);
-            self.store
-                .put(&*record)
-                .map_err(|e| PullError::Remote(format!("recording snapshot {}: {e}", record.chain_id)))?;
-        }
-        Ok(())
     }
 
     pub(super) async fn open_ingest(&self, digest: &Digest) -> Result<Option<Ingest>, PullError> {
@@ -418,6 +393,82 @@ impl ImageManager {
 struct Unpacked {
     pending: crate::snapshot::PendingSnapshot,
     record: SnapshotRecord,
+}
+
+/// A pull's unpacked layers, put in place together after one sync of the filesystem and then
+/// recorded (a record names only a snapshot whose files are on the disk). Dropped uncommitted
+/// (the pull was cancelled), they are committed off the caller's task, as a per-layer commit
+/// would have left them: the retry finds them, although their blobs may be gone.
+struct UnpackedLayers {
+    snapshots: Arc<crate::snapshot::Snapshotter>,
+    store: Arc<crate::store::Store>,
+    layers: std::sync::Mutex<Vec<Unpacked>>,
+}
+
+impl UnpackedLayers {
+    fn new(snapshots: Arc<crate::snapshot::Snapshotter>, store: Arc<crate::store::Store>) -> UnpackedLayers {
+        UnpackedLayers {
+            snapshots,
+            store,
+            layers: Default::default(),
+        }
+    }
+
+    fn add(&self, layer: Option<Unpacked>) {
+        self.layers.lock().unwrap_or_else(|p| p.into_inner()).extend(layer);
+    }
+
+    fn take(&self) -> Vec<Unpacked> {
+        std::mem::take(&mut *self.layers.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Blocks for the sync (as the per-layer commit did).
+    fn commit(&self) -> Result<(), PullError> {
+        Self::put_in_place(&self.snapshots, &self.store, self.take())
+    }
+
+    fn put_in_place(
+        snapshots: &crate::snapshot::Snapshotter,
+        store: &crate::store::Store,
+        layers: Vec<Unpacked>,
+    ) -> Result<(), PullError> {
+        if layers.is_empty() {
+            return Ok(());
+        }
+        let (pendings, mut records): (Vec<_>, Vec<_>) = layers
+            .into_iter()
+            .map(|u| ((u.pending, u.record.chain_id.clone()), u.record))
+            .unzip();
+        let tallies = snapshots
+            .commit_all(pendings)
+            .map_err(|e| PullError::Remote(format!("putting the unpacked layers in place: {e}")))?;
+        for (record, tally) in records.iter_mut().zip(tallies) {
+            record.tally = Some(tally);
+            store
+                .put(&*record)
+                .map_err(|e| PullError::Remote(format!("recording snapshot {}: {e}", record.chain_id)))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UnpackedLayers {
+    fn drop(&mut self) {
+        let layers = self.take();
+        if layers.is_empty() {
+            return;
+        }
+        let (snapshots, store) = (self.snapshots.clone(), self.store.clone());
+        let commit = move || {
+            if let Err(e) = Self::put_in_place(&snapshots, &store, layers) {
+                tracing::warn!(error = %e, "committing the layers a cancelled pull unpacked");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(commit)),
+            Err(_) => commit(),
+        }
+    }
 }
 
 /// A checkpoint image (its manifest or index annotated as one) keeps its layer blob: a restore
