@@ -311,26 +311,15 @@ impl Ingest {
     /// Verifies the whole blob against `expected`, then removes it: the layer it held is
     /// unpacked and the store does not keep it (`[image] discard_unpacked_layers`).
     pub fn check_and_drop(self, expected: &Digest) -> Result<(), ContentError> {
-        let actual = Digest::from_hasher(self.hasher);
         let _ = fs::remove_file(&self.path);
-        if &actual != expected {
-            return Err(ContentError::DigestMismatch {
-                expected: expected.clone(),
-                actual,
-            });
-        }
-        Ok(())
+        check_digest(self.hasher, expected)
     }
 
     /// Verifies the whole blob against `expected` and moves it into the store.
     pub fn commit(self, store: &ContentStore, expected: &Digest) -> Result<(), ContentError> {
-        let actual = Digest::from_hasher(self.hasher);
-        if &actual != expected {
+        if let Err(e) = check_digest(self.hasher, expected) {
             let _ = fs::remove_file(&self.path);
-            return Err(ContentError::DigestMismatch {
-                expected: expected.clone(),
-                actual,
-            });
+            return Err(e);
         }
         self.file.sync_all().map_err(io_err(&self.path))?;
         fs::rename(&self.path, store.blob_path(expected)).map_err(io_err(&self.path))?;
@@ -338,6 +327,17 @@ impl Ingest {
         scute_sys::files::sync_dir(&store.blobs).map_err(io_err(&store.blobs))?;
         Ok(())
     }
+}
+
+fn check_digest(hasher: Sha256, expected: &Digest) -> Result<(), ContentError> {
+    let actual = Digest::from_hasher(hasher);
+    if &actual != expected {
+        return Err(ContentError::DigestMismatch {
+            expected: expected.clone(),
+            actual,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

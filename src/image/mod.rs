@@ -92,6 +92,12 @@ pub const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
     "io.kubernetes.cri-o.annotations.checkpoint.name",
 ];
 
+/// Whether a manifest's or index's bytes carry one of [`CHECKPOINT_ANNOTATIONS`].
+pub fn annotated_as_checkpoint(document: &[u8]) -> bool {
+    let doc: serde_json::Value = serde_json::from_slice(document).unwrap_or_default();
+    CHECKPOINT_ANNOTATIONS.iter().any(|k| doc["annotations"][k].is_string())
+}
+
 pub struct ImageManager {
     store: Arc<Store>,
     content: ContentStore,

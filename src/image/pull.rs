@@ -127,7 +127,13 @@ impl ImageManager {
         }
         let chains = chain_ids(&diff_ids);
         let _chain_lease = self.lease(chains.clone());
-        let keep_blobs = !self.discard_unpacked_layers || is_checkpoint(&manifest, resolved.index.as_ref());
+        // A checkpoint image keeps its layer blob: a restore reads it.
+        let keep_blobs = !self.discard_unpacked_layers
+            || super::annotated_as_checkpoint(&resolved.manifest)
+            || resolved
+                .index
+                .as_ref()
+                .is_some_and(|(index, _)| super::annotated_as_checkpoint(index));
 
         // All layers at once, bounded by max_concurrent_downloads.
         let limit = Arc::new(Semaphore::new(self.max_concurrent_downloads));
@@ -469,24 +475,6 @@ impl Drop for UnpackedLayers {
             Err(_) => commit(),
         }
     }
-}
-
-/// A checkpoint image (its manifest or index annotated as one) keeps its layer blob: a restore
-/// reads it.
-fn is_checkpoint(manifest: &OciImageManifest, index: Option<&(Vec<u8>, Digest)>) -> bool {
-    let marked = |annotations: Option<&serde_json::Map<String, serde_json::Value>>| {
-        annotations.is_some_and(|a| super::CHECKPOINT_ANNOTATIONS.iter().any(|k| a.contains_key(*k)))
-    };
-    let in_manifest = manifest
-        .annotations
-        .as_ref()
-        .is_some_and(|a| super::CHECKPOINT_ANNOTATIONS.iter().any(|k| a.contains_key(*k)));
-    in_manifest
-        || index.is_some_and(|(bytes, _)| {
-            serde_json::from_slice::<serde_json::Value>(bytes)
-                .ok()
-                .is_some_and(|doc| marked(doc["annotations"].as_object()))
-        })
 }
 
 /// Layer compression, from the descriptor's media type.

@@ -170,22 +170,22 @@ impl Snapshotter {
     /// blob's bytes off the disk (a sync per layer would write the other layers' downloads).
     pub fn commit_all(&self, pendings: Vec<(PendingSnapshot, Digest)>) -> io::Result<Vec<Tally>> {
         let mut tallies = Vec::with_capacity(pendings.len());
-        for (pending, chain_id) in &pendings {
-            let target = self.dir(chain_id);
-            tallies.push(if target.exists() {
-                Tally::of(&target.join("fs"))?
-            } else {
-                Tally::of(&pending.fs())?
-            });
-        }
-        if pendings.iter().any(|(_, chain_id)| !self.dir(chain_id).exists()) {
-            scute_sys::files::sync_filesystem(&self.root)?;
-        }
-        for (mut pending, chain_id) in pendings {
+        let mut to_place = Vec::new();
+        for (pending, chain_id) in pendings {
             let target = self.dir(&chain_id);
             if target.exists() {
-                continue; // another pull's; ours is dropped with `pending`
+                // Another pull's; ours is dropped with `pending`.
+                tallies.push(Tally::of(&target.join("fs"))?);
+            } else {
+                tallies.push(Tally::of(&pending.fs())?);
+                to_place.push((pending, target));
             }
+        }
+        if to_place.is_empty() {
+            return Ok(tallies);
+        }
+        scute_sys::files::sync_filesystem(&self.root)?;
+        for (mut pending, target) in to_place {
             fs::rename(&pending.dir, &target)?;
             self.changes.fetch_add(1, Ordering::AcqRel);
             pending.committed = true;

@@ -25,8 +25,6 @@ use crate::image::pull::Decoder;
 use crate::image::record::ImageRecord;
 use crate::image::ImageError;
 
-pub use crate::image::CHECKPOINT_ANNOTATIONS;
-
 /// Where a checkpoint's files are: a tar either way.
 #[derive(Debug, Clone)]
 pub(super) enum Source {
@@ -194,8 +192,7 @@ impl ContainerManager {
             let Ok(bytes) = self.images.content().read(digest) else {
                 return false;
             };
-            let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-            CHECKPOINT_ANNOTATIONS.iter().any(|k| doc["annotations"][k].is_string())
+            crate::image::annotated_as_checkpoint(&bytes)
         };
         let marked = annotated(&image.manifest_digest) || image.index_digest.as_ref().is_some_and(annotated);
         marked.then(|| Source::Image {
