@@ -11,7 +11,8 @@
 # Knobs (environment): SCUTE_BENCH_PODS, SCUTE_BENCH_CONTAINERS, SCUTE_BENCH_STATS_CONTAINERS,
 # SCUTE_BENCH_DENSITY_PODS, SCUTE_BENCH_LIST_OBJECTS, SCUTE_BENCH_PULLS,
 # SCUTE_BENCH_PULL_COMPRESSIONS, SCUTE_BENCH_SMALL_PULLS, SCUTE_BENCH_CALLS, SCUTE_BENCH_STREAMING (see each bench's
-# header), SCUTE_CHURN_CYCLES (default 1000 here; the CI test runs fewer). Needs root, like the
+# header), SCUTE_CHURN_CYCLES (default 1000 here; the CI test runs fewer), SCUTE_BENCH_ANCHORS=none
+# (scute alone, for a before/after check of a change). Needs root, like the
 # tests. A whole run takes about 25 minutes here.
 set -euo pipefail
 

@@ -228,6 +228,8 @@ async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
     stop(&daemon, &id).await;
     assert!(!alive(pid), "pause must be stopped");
     assert!(!netns.exists(), "the pinned netns is released on stop");
+    // And every mount: /dev/shm and pause's image view (a stopped pod is never started again).
+    assert_eq!(mounts_under(daemon.dir()), Vec::<String>::new());
     let st = status(&daemon, &id).await.unwrap();
     assert_eq!(st.status.unwrap().state(), api::PodSandboxState::SandboxNotready);
     let ready = api::PodSandboxFilter {

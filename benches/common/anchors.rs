@@ -27,6 +27,11 @@ impl Anchor {
 /// The anchors on this machine, each said once; what is missing is said too.
 fn anchors() -> Vec<Anchor> {
     let mut found = Vec::new();
+    // For a before/after check of scute alone (same bench binary, another scute binary).
+    if std::env::var("SCUTE_BENCH_ANCHORS").as_deref() == Ok("none") {
+        println!("(SCUTE_BENCH_ANCHORS=none: scute only, no containerd figures)");
+        return found;
+    }
     let runc = which("runc");
     match (which("containerd"), which("containerd-shim-runc-v2"), &runc) {
         (Some(bin), Some(_), Some(_)) => found.extend(anchor(bin, None)),

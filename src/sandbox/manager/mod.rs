@@ -476,7 +476,7 @@ impl SandboxManager {
     }
 
     /// StopPodSandbox: stops pause (its containers are stopped first, by the caller), detaches
-    /// the network and releases the netns and /dev/shm. With `end_shim` (the caller found no
+    /// the network and releases the netns, /dev/shm and pause's image view. With `end_shim` (the caller found no
     /// container the shim still holds) the shim ends too, as containerd's does once its tasks
     /// are deleted: a stopped pod the kubelet keeps (a finished Job's) costs no process.
     /// Idempotent; `id` is whole (the caller resolved it to key the pod's gate), and a sandbox
@@ -624,10 +624,14 @@ impl SandboxManager {
         network?;
         let dir = self.sandbox_dir(id);
         files::unmount_shm(&dir.join("shm")).map_err(failed("unmounting /dev/shm"))?;
+        // Pause never runs again (a stopped pod is not restarted: the kubelet makes a new one),
+        // so its image view goes with it, as containerd's does with its task: a node keeping many
+        // stopped pods (finished Jobs) keeps no overlay for each, and every reader of the mount
+        // table (libcontainer's, several times per container create) reads a line less.
+        crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
         if remove {
             // Gone with pause already when the shim deleted it; not when the shim had died.
             remove_pod_cgroups(record);
-            crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the sandbox rootfs"))?;
             remove_dir_if_exists(&dir).map_err(failed("removing the sandbox directory"))?;
             remove_dir_if_exists(&self.shim_dir(id)).map_err(failed("removing the shim directory"))?;
         }
