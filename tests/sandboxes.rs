@@ -143,6 +143,30 @@ async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
     let shim_cgroup = format!("/scute/scute-shim-{}", &id[..32]);
     let shim = common::parent_pid(pid);
     assert_eq!(memory_cgroup(shim), shim_cgroup, "the shim {shim}");
+    // In every v1 hierarchy of a controller it manages (a new cpuset level needs cpus and mems
+    // before it takes a process; the VM node's pure v2 has none of these lines).
+    let managed = [
+        "cpu",
+        "cpuacct",
+        "cpuset",
+        "devices",
+        "hugetlb",
+        "pids",
+        "perf_event",
+        "memory",
+        "blkio",
+    ];
+    let lines = std::fs::read_to_string(format!("/proc/{shim}/cgroup")).unwrap();
+    let mut moved = 0;
+    for line in lines.lines() {
+        let mut fields = line.splitn(3, ':').skip(1);
+        let (controllers, path) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
+        if controllers.split(',').any(|c| managed.contains(&c)) {
+            assert_eq!(path, shim_cgroup, "the shim {shim} in {controllers}:\n{lines}");
+            moved += 1;
+        }
+    }
+    assert!(moved > 0 || !lines.contains(":memory:"), "{lines}");
     assert_eq!(memory_cgroup(pid), format!("/scute/scute-{id}"));
     for ns in ["pid", "uts", "ipc", "net"] {
         assert_ne!(

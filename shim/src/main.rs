@@ -10,6 +10,7 @@
 //! Shutdown. It is single-threaded: one poll loop (see server.rs), no async runtime.
 
 mod api_error;
+mod cgroup_v1;
 mod cgroup_v2;
 mod containers;
 mod devices;

@@ -114,11 +114,11 @@ fn counter_path(pid: i32) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The host's cgroup hierarchies, read once: the mount table grows with every container's
-/// mounts, and each create read and parsed all of it for this. Hierarchies are not remounted
-/// under a running node (the daemon's host facts assume the same). An unreadable mount table
-/// is read again at the next create.
-fn host_hierarchies() -> Option<&'static Hierarchies> {
+/// The host's cgroup hierarchies, read once (the shim's move into its own cgroup reads them first):
+/// the mount table grows with every container's mounts, and each create read and parsed all of
+/// it for this. Hierarchies are not remounted under a running node (the daemon's host facts
+/// assume the same). An unreadable mount table is read again at the next use.
+pub(crate) fn host_hierarchies() -> Option<&'static Hierarchies> {
     static READ: std::sync::OnceLock<Hierarchies> = std::sync::OnceLock::new();
     if READ.get().is_none() {
         let read = Hierarchies::read();

@@ -7,9 +7,15 @@
 //!   unit never touches a shim (whatever its KillMode); systemd removes the scope once the shim
 //!   exits. Without `--cgroup` (an older daemon), the scope is in system.slice.
 //! - cgroupfs: `<pod cgroup>/scute-shim-<id>` in every hierarchy libcgroups manages, which the
-//!   daemon removes with the pod. Without `--cgroup`, the shim stays where it was started.
+//!   daemon removes with the pod. Without `--cgroup`, the shim stays where it was started. On
+//!   cgroup v1 (and hybrid) the move is made here, as libcgroups' v1 manager makes it, from the
+//!   hierarchies read once: that manager looks each of its 12 controllers up in the mount table
+//!   and reads the whole table for every one the host does not mount, which on a node with many
+//!   containers was most of a pod's start.
 
-use std::path::PathBuf;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libcgroups::common::{CgroupConfig, CgroupManager};
@@ -54,6 +60,8 @@ fn enter_with(cgroup: &str, systemd: bool) -> Result<(), String> {
         manager
             .add_task(Pid::this())
             .map_err(|e| format!("starting the shim's scope {cgroup}: {e}"))?;
+    } else if crate::cgroup_v1::applies() {
+        enter_v1(cgroup).map_err(|e| format!("moving the shim into its cgroup {cgroup}: {e}"))?;
     } else {
         let manager = libcgroups::common::create_cgroup_manager(CgroupConfig {
             cgroup_path: PathBuf::from(cgroup),
@@ -64,6 +72,52 @@ fn enter_with(cgroup: &str, systemd: bool) -> Result<(), String> {
         manager
             .add_task(Pid::this())
             .map_err(|e| format!("moving the shim into its cgroup {cgroup}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// What libcgroups' v1 manager does to add this process to `cgroup`: the directory made in every
+/// hierarchy holding one of its controllers, each new cpuset level given its parent's cpus and
+/// mems (a cpuset cgroup without them takes no process), then the pid into `cgroup.procs`.
+fn enter_v1(cgroup: &str) -> io::Result<()> {
+    let pid = std::process::id().to_string();
+    for hierarchy in crate::cgroup_v1::managed()? {
+        let dir = crate::cgroup_v1::dir(hierarchy, Path::new(cgroup))
+            .ok_or_else(|| io::Error::other(format!("invalid cgroup path {cgroup:?}")))?;
+        fs::create_dir_all(&dir).map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", dir.display())))?;
+        if hierarchy.controllers.iter().any(|c| c == "cpuset") {
+            let relative = dir.strip_prefix(&hierarchy.mount_point).unwrap_or(Path::new(""));
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                inherit_cpuset(&hierarchy.mount_point, relative, file)?;
+            }
+        }
+        let procs = dir.join("cgroup.procs");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .and_then(|mut f| f.write_all(pid.as_bytes()))
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", procs.display())))?;
+    }
+    Ok(())
+}
+
+/// Each cpuset level from the hierarchy's top down to `relative` whose `file` is empty (a new
+/// one) gets its parent's value, as libcgroups' cpuset controller does.
+fn inherit_cpuset(mount_point: &Path, relative: &Path, file: &str) -> io::Result<()> {
+    let read =
+        |p: &Path| fs::read_to_string(p).map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", p.display())));
+    let mut current = mount_point.to_path_buf();
+    for component in relative.components() {
+        let parent = read(&current.join(file))?;
+        if parent.trim().is_empty() {
+            return Err(io::Error::other(format!("{} is empty", current.join(file).display())));
+        }
+        current.push(component);
+        let child = current.join(file);
+        if read(&child)?.trim().is_empty() {
+            fs::write(&child, parent.trim())
+                .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", child.display())))?;
+        }
     }
     Ok(())
 }

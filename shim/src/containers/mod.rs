@@ -558,6 +558,13 @@ impl Containers {
                 }
             }
         }
+        if all && !stopped {
+            // On cgroup v1, through the container's freezer cgroup, as libcontainer would.
+            if let Some(dir) = v1_freezer_dir(&self.root.join(id)) {
+                return crate::cgroup_v1::signal_all(&dir, sig)
+                    .map_err(|e| ApiError::internal(format!("killing container {id}: {e}")));
+            }
+        }
         if all {
             // Every process in the container's cgroup (the freezer keeps them from forking away).
             let nsig = Signal::try_from(sig)
@@ -605,11 +612,16 @@ impl Containers {
         if !matches!(entry.status, Status::Stopped(_)) && entry.restore.is_none() {
             entry.sigkill_sent = true;
             let pid = entry.pid;
-            let killed = in_helper(&format!("killing container {id}"), &[self.log_fd], || {
-                Container::load(dir.clone())
-                    .and_then(|mut c| c.kill(Signal::SIGKILL, true))
-                    .map_err(|e| ApiError::internal(chain(&e)))
-            });
+            let killed = match v1_freezer_dir(&dir) {
+                Some(cgroup) => {
+                    crate::cgroup_v1::signal_all(&cgroup, libc::SIGKILL).map_err(|e| ApiError::internal(e.to_string()))
+                }
+                None => in_helper(&format!("killing container {id}"), &[self.log_fd], || {
+                    Container::load(dir.clone())
+                        .and_then(|mut c| c.kill(Signal::SIGKILL, true))
+                        .map_err(|e| ApiError::internal(chain(&e)))
+                }),
+            };
             if let Err(e) = killed {
                 tracing::warn!(id, error = %e.message, "kill --all failed, killing init only");
             }
@@ -625,11 +637,14 @@ impl Containers {
             log.close(id);
         }
         if dir.exists() {
-            in_helper(&format!("deleting container {id}"), &[self.log_fd], || {
-                Container::load(dir.clone())
-                    .and_then(|mut c| c.delete(true))
-                    .map_err(|e| ApiError::internal(format!("deleting container {id}: {}", chain(&e))))
-            })?;
+            match delete_on_v1(&dir) {
+                Some(deleted) => deleted.map_err(|e| ApiError::internal(format!("deleting container {id}: {e}")))?,
+                None => in_helper(&format!("deleting container {id}"), &[self.log_fd], || {
+                    Container::load(dir.clone())
+                        .and_then(|mut c| c.delete(true))
+                        .map_err(|e| ApiError::internal(format!("deleting container {id}: {}", chain(&e))))
+                })?,
+            }
         }
         self.table.remove(id);
         exits::remove(&self.exits_dir, id)
@@ -807,3 +822,37 @@ fn first_errors(log_file: &Path, since: u64) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// On a cgroup v1 host, the freezer directory of the cgroup libcontainer recorded for the container
+/// whose state is in `dir` (what its kill --all freezes and lists); None elsewhere, for a systemd
+/// container, or when the state cannot be read.
+fn v1_freezer_dir(dir: &Path) -> Option<PathBuf> {
+    if !crate::cgroup_v1::applies() {
+        return None;
+    }
+    let container = Container::load(dir.to_path_buf()).ok()?;
+    if container.systemd() {
+        return None;
+    }
+    crate::cgroup_v1::freezer_dir(&container.spec().ok()?.cgroup_path)
+}
+
+/// libcontainer's delete of a container that is no longer running, on a cgroup v1 host, without
+/// the cgroup manager it constructs (see `cgroup_v1`): the container's cgroups, then its state
+/// directory. None where libcontainer's own delete (in a helper) does more or knows better: its
+/// state unreadable, poststop hooks to run, Intel RDT, systemd, a v2 host.
+fn delete_on_v1(dir: &Path) -> Option<std::io::Result<()>> {
+    if !crate::cgroup_v1::applies() {
+        return None;
+    }
+    let container = Container::load(dir.to_path_buf()).ok()?;
+    if container.systemd() || container.intel_rdt_dir().is_some() {
+        return None;
+    }
+    let config = container.spec().ok()?;
+    let poststop = config.hooks.as_ref().and_then(|h| h.poststop().as_ref());
+    if poststop.is_some_and(|hooks| !hooks.is_empty()) {
+        return None;
+    }
+    Some(crate::cgroup_v1::remove(&config.cgroup_path).and_then(|()| fs::remove_dir_all(dir)))
+}
