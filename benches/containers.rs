@@ -362,15 +362,16 @@ async fn lists_at_scale(client: &Client<'_>, n: usize) -> (Vec<Duration>, Vec<Du
         .await;
     // What the stopped pods cost the node: a runtime whose shim outlives its pod's stop keeps
     // a process for each (the kubelet keeps a finished Job's pod until it is deleted).
+    let made = started.elapsed();
     let (shims, shims_kib) = all_shims(client.daemon);
     println!(
         "  {:<10} lists at scale: {n} created containers and {n} stopped pods made in {:.1} s \
          (the containers {:.1} s, then the pods {:.1} s); then {shims} shim processes, {:.1} MiB RSS together, \
          {} more mounts on the node",
         client.daemon.name(),
-        started.elapsed().as_secs_f64(),
+        made.as_secs_f64(),
         containers_made.as_secs_f64(),
-        (started.elapsed() - containers_made).as_secs_f64(),
+        (made - containers_made).as_secs_f64(),
         shims_kib as f64 / 1024.0,
         mounts().saturating_sub(mounts_before),
     );

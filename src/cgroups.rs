@@ -10,7 +10,6 @@
 //!
 //! Whoever reads cgroup files (stats, cleanup) wants the cgroupfs path either way: [`dir`].
 
-use std::collections::BTreeSet;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
@@ -148,35 +147,7 @@ fn hierarchy_dirs(dir: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `dir` and every cgroup below it (a container may make its own), children before parents
-/// (the order rmdir needs); empty when `dir` does not exist.
-pub(crate) fn subtree(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            found.extend(subtree(&entry.path()));
-        }
-    }
-    found.push(dir.to_path_buf());
-    found
-}
-
-/// The processes in the cgroups `dirs` and below them.
-pub(crate) fn procs_below(dirs: &[PathBuf]) -> BTreeSet<i32> {
-    dirs.iter()
-        .flat_map(|d| subtree(d))
-        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
-        .flat_map(|procs| {
-            procs
-                .lines()
-                .filter_map(|l| l.trim().parse::<i32>().ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
+pub(crate) use scute_sys::cgroupfs::{procs_below, subtree};
 
 /// SIGKILLs every process left in the cgroup of a pod member (pause or a container) whose shim
 /// died, and below it: libcontainer's delete, which would do it, runs in the shim. Returns how

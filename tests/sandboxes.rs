@@ -155,6 +155,9 @@ async fn pod_gets_an_ip_namespaces_and_files_and_cleans_up() {
         "perf_event",
         "memory",
         "blkio",
+        "net_prio",
+        "net_cls",
+        "freezer",
     ];
     let lines = std::fs::read_to_string(format!("/proc/{shim}/cgroup")).unwrap();
     let mut moved = 0;

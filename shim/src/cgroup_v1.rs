@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use scute_sys::cgroupfs::Hierarchy;
+use scute_sys::cgroupfs::{procs, procs_below, subtree, Hierarchy};
 
 /// The v1 controllers libcgroups 0.7's v1 manager manages (its `CONTROLLERS`), as the kernel names
 /// them in a hierarchy's mount options.
@@ -56,12 +56,9 @@ pub fn dir(hierarchy: &Hierarchy, path: &Path) -> Option<PathBuf> {
         .then(|| hierarchy.mount_point.join(relative))
 }
 
-/// The freezer directory of cgroup `path` (a container's, as libcontainer recorded it), if this
-/// is a v1 host and the directory is there.
+/// The freezer directory of cgroup `path` (a container's, as libcontainer recorded it), if a v1
+/// freezer hierarchy is mounted (none is on a pure v2 host) and the directory is there.
 pub fn freezer_dir(path: &Path) -> Option<PathBuf> {
-    if !applies() {
-        return None;
-    }
     let freezer = managed()
         .ok()?
         .into_iter()
@@ -80,7 +77,7 @@ pub fn signal_all(dir: &Path, signal: i32) -> io::Result<()> {
         tracing::warn!(cgroup = %dir.display(), error = %e, "freezing before kill --all");
     }
     let mut result = Ok(());
-    for pid in procs_below(dir) {
+    for pid in procs_below(&[dir.to_path_buf()]) {
         // SAFETY: kill takes no pointers; ESRCH (gone already) is what the caller wants.
         if unsafe { libc::kill(pid, signal) } != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
             result = Err(io::Error::last_os_error());
@@ -114,34 +111,6 @@ fn freeze(state: &Path) -> io::Result<()> {
     Err(io::Error::other("still freezing"))
 }
 
-/// The processes in `dir` and the cgroups below it.
-fn procs_below(dir: &Path) -> Vec<i32> {
-    subtree(dir)
-        .iter()
-        .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
-        .flat_map(|procs| {
-            procs
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
-}
-
-/// `dir` and every cgroup below it, children first.
-fn subtree(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                found.extend(subtree(&entry.path()));
-            }
-        }
-    }
-    found.push(dir.to_path_buf());
-    found
-}
-
 /// Removes cgroup `path` (and any cgroup a container made below it) from every managed hierarchy,
 /// SIGKILLing what is still in it and retrying rmdir while the kernel answers EBUSY, as
 /// libcgroups' v1 manager's remove does (4 tries, 10 ms growing to 100 ms).
@@ -150,12 +119,8 @@ pub fn remove(path: &Path) -> io::Result<()> {
         let Some(top) = dir(hierarchy, path) else {
             return Err(io::Error::other(format!("invalid cgroup path {}", path.display())));
         };
-        for cgroup in subtree(&top).into_iter().filter(|d| d.is_dir()) {
-            for pid in fs::read_to_string(cgroup.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse::<i32>().ok())
-            {
+        for cgroup in subtree(&top) {
+            for pid in procs(&cgroup) {
                 // SAFETY: kill takes no pointers.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }

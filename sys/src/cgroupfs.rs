@@ -2,6 +2,7 @@
 //! and the unified (v2) one, with the sub-tree each mount shows, and where a cgroup's directory
 //! is in each. Pure v2 nodes have only the unified hierarchy; hybrid ones both.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::mountinfo::{self, Mount};
@@ -83,6 +84,36 @@ impl Hierarchies {
     pub fn v1_of(&self, controller: &str) -> Option<&Hierarchy> {
         self.v1.iter().find(|h| h.controllers.iter().any(|c| c == controller))
     }
+}
+
+/// `dir` and every cgroup below it (a container may make its own), children before parents
+/// (the order rmdir needs); empty when `dir` does not exist.
+pub fn subtree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(subtree(&entry.path()));
+        }
+    }
+    found.push(dir.to_path_buf());
+    found
+}
+
+/// The processes in cgroup `dir` itself (its `cgroup.procs`); none when it cannot be read.
+pub fn procs(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// The processes in the cgroups `dirs` and below them.
+pub fn procs_below(dirs: &[PathBuf]) -> BTreeSet<i32> {
+    dirs.iter().flat_map(|d| subtree(d)).flat_map(|d| procs(&d)).collect()
 }
 
 /// Whether `dir` is on a cgroup2 filesystem (statfs), as a pure v2 node's /sys/fs/cgroup is.

@@ -476,9 +476,10 @@ impl SandboxManager {
     }
 
     /// StopPodSandbox: stops pause (its containers are stopped first, by the caller), detaches
-    /// the network and releases the netns, /dev/shm and pause's image view. With `end_shim` (the caller found no
-    /// container the shim still holds) the shim ends too, as containerd's does once its tasks
-    /// are deleted: a stopped pod the kubelet keeps (a finished Job's) costs no process.
+    /// the network and releases the netns, /dev/shm and pause's image view. With `end_shim` (the
+    /// caller found no container the shim still holds) the shim ends too, as containerd's does
+    /// once its tasks are deleted: a stopped pod the kubelet keeps (a finished Job's) costs no
+    /// process.
     /// Idempotent; `id` is whole (the caller resolved it to key the pod's gate), and a sandbox
     /// removed meanwhile is fine.
     pub async fn stop(&self, id: &str, end_shim: bool) -> Result<(), SandboxError> {
