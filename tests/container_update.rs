@@ -318,6 +318,51 @@ async fn running_container_gets_new_cpu_and_memory_limits() {
     }
 }
 
+/// The kubelet's CPU and memory managers update a container between its create and its start
+/// (PreStartContainer): the cgroup its start makes has the updated limits (the ones the update
+/// left alone as created), its device rules still confine it, its status reports them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_container_starts_with_the_limits_updated_before_its_start() {
+    let pod = pod("updc").await;
+    let mut config = common::pod::container("main", "exec sleep 3600");
+    config.linux = Some(api::LinuxContainerConfig {
+        resources: Some(api::LinuxContainerResources {
+            memory_limit_in_bytes: 64 * MIB,
+            cpu_shares: 512,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = pod.create(config).await.unwrap();
+    pod.update(
+        &id,
+        api::LinuxContainerResources {
+            memory_limit_in_bytes: 96 * MIB,
+            cpu_quota: 20_000,
+            cpu_period: 100_000,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (status, _) = pod.status_and_info(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerCreated);
+    assert_eq!(resources(&status).memory_limit_in_bytes, 96 * MIB);
+    pod.start(&id).await;
+    let (status, info) = pod.status_and_info(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerRunning);
+    let cgroups_path = scute::cgroups::dir(info["cgroupsPath"].as_str().unwrap());
+    let (memory, shares, quota, period) = cgroup_limits(&cgroups_path);
+    assert_eq!(memory, (96 * MIB).to_string(), "memory limit");
+    assert_eq!((quota.as_str(), period.as_str()), ("20000", "100000"), "CPU quota");
+    if is_v1() {
+        assert_eq!(shares, "512", "the shares the update left alone");
+    }
+    pod.devices_work_and_stay_confined(&id).await;
+    assert_eq!(resources(&status).memory_limit_in_bytes, 96 * MIB);
+    pod.remove_all().await;
+}
+
 /// The controllers this pure cgroup v2 host has (None on a v1 or hybrid host).
 fn v2_controllers() -> Option<Vec<String>> {
     let text = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok()?;

@@ -567,9 +567,11 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
         .unwrap();
     assert!(!pod.daemon.state.join("shims").join(&pod.id[..32]).exists());
 
-    // A pod with a container created and never started keeps its shim when stopped.
+    // A container created and never started holds no process and no mount (its process is
+    // made at StartContainer): its pod's stop ends the shim, and it cannot start afterwards.
     let config = pod.sibling("holding");
     let holding = pod.run_sandbox(config.clone()).await;
+    let pod_mounts = common::mounts_under(&dir);
     let created = runtime
         .create_container(api::CreateContainerRequest {
             pod_sandbox_id: holding.clone(),
@@ -580,10 +582,15 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
         .unwrap()
         .into_inner()
         .container_id;
-    let init = pod.daemon.container_info(&created).await["pid"].as_i64().unwrap();
-    assert!(
-        init > 0 && alive(init),
-        "the created container's init waits in the shim"
+    assert_eq!(
+        pod.daemon.container_info(&created).await["pid"].as_i64(),
+        Some(0),
+        "a created container has a process"
+    );
+    assert_eq!(
+        common::mounts_under(&dir),
+        pod_mounts,
+        "a created container holds a mount"
     );
     runtime
         .stop_pod_sandbox(api::StopPodSandboxRequest {
@@ -592,14 +599,25 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
         .await
         .unwrap();
     assert_eq!(
-        common::shims_of(&dir).len(),
-        1,
-        "the shim holding a created container ended"
+        common::shims_of(&dir),
+        Vec::new(),
+        "the shim of a stopped pod holding only a created container is left"
     );
     assert_eq!(
         pod.status(&created).await.state(),
         api::ContainerState::ContainerCreated
     );
+    let refused = runtime
+        .start_container(api::StartContainerRequest {
+            container_id: created.clone(),
+        })
+        .await
+        .expect_err("a container of a stopped pod started");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("not ready"), "{refused:?}");
+    let status = pod.status(&created).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerExited);
+    assert_eq!(status.reason, "StartError");
     runtime
         .remove_pod_sandbox(api::RemovePodSandboxRequest {
             pod_sandbox_id: holding.clone(),
@@ -607,16 +625,15 @@ async fn a_stopped_pod_keeps_no_shim_unless_it_holds_a_container() {
         .await
         .unwrap();
     assert_eq!(common::shims_of(&dir), Vec::new());
-    assert!(!alive(init), "the created container's init outlived its pod");
     assert_eq!(common::mounts_under(&dir), Vec::<String>::new());
     assert_eq!(pod.containers().await, Vec::new());
 }
 
-/// A CreateContainer that races StopPodSandbox of its pod either fails (the pod is not ready)
-/// or makes a container the stop then sees: its shim is kept, and removing the pod ends it.
-/// Never a created container whose shim the stop ended under it.
+/// A StartContainer that races StopPodSandbox of its pod either starts the container before
+/// the stop (which then kills it) or finds the pod not ready (its process is never made). Never
+/// a process left behind, a shim the stop ended under a running container, or a shim left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_create_racing_its_pods_stop_never_loses_the_shim() {
+async fn a_start_racing_its_pods_stop_never_loses_the_shim() {
     let pod = pod("racing").await;
     let dir = pod.daemon.dir().to_path_buf();
     let mut runtime = pod.daemon.runtime().await;
@@ -626,26 +643,34 @@ async fn a_create_racing_its_pods_stop_never_loses_the_shim() {
         })
         .await
         .unwrap();
-    let (mut created, mut refused) = (0, 0);
+    let (mut started, mut refused) = (0, 0);
     for round in 0..16u64 {
         let config = pod.sibling(&format!("race-{round}"));
         let id = pod.run_sandbox(config.clone()).await;
-        let (mut creator, mut stopper) = (pod.daemon.runtime().await, pod.daemon.runtime().await);
+        let container = runtime
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: id.clone(),
+                config: Some(container("late", "sleep 600")),
+                sandbox_config: Some(config),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        let (mut starter, mut stopper) = (pod.daemon.runtime().await, pod.daemon.runtime().await);
         // One starts up to 16 ms after the other, round by round, so that the stop lands
-        // before, in every step of, and after the create.
+        // before, in every step of, and after the start.
         let lead = Duration::from_millis(2 * round.abs_diff(8));
-        let (create_after, stop_after) = if round < 8 {
+        let (start_after, stop_after) = if round < 8 {
             (lead, Duration::ZERO)
         } else {
             (Duration::ZERO, lead)
         };
-        let create = async {
-            tokio::time::sleep(create_after).await;
-            creator
-                .create_container(api::CreateContainerRequest {
-                    pod_sandbox_id: id.clone(),
-                    config: Some(container("late", "exit 0")),
-                    sandbox_config: Some(config),
+        let start = async {
+            tokio::time::sleep(start_after).await;
+            starter
+                .start_container(api::StartContainerRequest {
+                    container_id: container.clone(),
                 })
                 .await
         };
@@ -657,36 +682,42 @@ async fn a_create_racing_its_pods_stop_never_loses_the_shim() {
                 })
                 .await
         };
-        let (create, stop) = tokio::join!(create, stop);
+        let (start, stop) = tokio::join!(start, stop);
         stop.unwrap();
-        match create {
-            Ok(answer) => {
-                created += 1;
-                let container = answer.into_inner().container_id;
+        let status = pod.status(&container).await;
+        assert_eq!(status.state(), api::ContainerState::ContainerExited, "round {round}");
+        match start {
+            Ok(_) => {
+                started += 1;
                 assert_eq!(
-                    pod.status(&container).await.state(),
-                    api::ContainerState::ContainerCreated
-                );
-                assert_eq!(
-                    common::shims_of(&dir).len(),
-                    1,
-                    "round {round}: the stop ended the shim of a container created beside it"
+                    status.exit_code, 137,
+                    "round {round}: not killed by the stop: {status:?}"
                 );
             }
             Err(e) => {
                 refused += 1;
                 assert_eq!(e.code(), Code::FailedPrecondition, "round {round}: {e:?}");
+                assert_eq!(status.reason, "StartError", "round {round}");
             }
         }
+        assert_eq!(
+            common::shims_of(&dir),
+            Vec::new(),
+            "round {round}: the stopped pod's shim is left"
+        );
+        let pid = pod.daemon.container_info(&container).await["pid"].as_i64().unwrap_or(0);
+        assert!(
+            pid == 0 || !alive(pid),
+            "round {round}: the container's process outlived its pod's stop"
+        );
         runtime
             .remove_pod_sandbox(api::RemovePodSandboxRequest {
                 pod_sandbox_id: id.clone(),
             })
             .await
             .unwrap();
-        assert_eq!(common::shims_of(&dir), Vec::new(), "round {round}");
         assert_eq!(common::mounts_under(&dir), Vec::<String>::new(), "round {round}");
     }
-    eprintln!("{created} containers created before the stop, {refused} refused after it");
+    eprintln!("{started} containers started before the stop, {refused} refused after it");
     assert_eq!(pod.containers().await, Vec::new());
 }

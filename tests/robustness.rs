@@ -763,7 +763,8 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
         listed_ready_with_network(daemon, &after).await,
         "veths"
     );
-    // Containers: each listed one is whole (its rootfs mounted), the rest left no directory.
+    // Containers: each listed one is whole (it starts and runs; until then it holds no mount),
+    // the rest left no directory.
     let containers = runtime
         .list_containers(api::ListContainersRequest::default())
         .await
@@ -779,8 +780,35 @@ async fn sigkill_during_concurrent_creation_leaves_whole_pods_or_none() {
     for c in &containers {
         let rootfs = daemon.root.join("containers").join(&c.id).join("rootfs");
         assert!(
+            !scute_sys::mountinfo::is_mountpoint(&rootfs),
+            "created container {} holds its rootfs mounted",
+            c.id
+        );
+        runtime
+            .start_container(api::StartContainerRequest {
+                container_id: c.id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("starting container {} created before the kill: {e:?}", c.id));
+        let status = runtime
+            .container_status(api::ContainerStatusRequest {
+                container_id: c.id.clone(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap();
+        assert_eq!(
+            status.state(),
+            api::ContainerState::ContainerRunning,
+            "container {}",
+            c.id
+        );
+        assert!(
             scute_sys::mountinfo::is_mountpoint(&rootfs),
-            "container {} has no rootfs",
+            "started container {} has no rootfs",
             c.id
         );
     }

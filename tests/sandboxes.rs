@@ -488,6 +488,7 @@ async fn interrupted_creations_are_removed_at_restart() {
                     user: None,
                     unclaimed: false,
                     restored_from: None,
+                    deferred: false,
                 },
             )
             .unwrap();

@@ -621,10 +621,11 @@ async fn binds_the_image_leads_into_proc_are_refused() {
 
 /// A hostPath directory swapped for a symlink after scute checked it and before libcontainer
 /// mounts it (anyone who can write the path's parent could: another pod with a hostPath above
-/// it): the create is refused naming the mount, and nothing of it is left. The swap lands in that
-/// window by construction, not by timing: the daemon's root is a tmpfs this test watches with
-/// fanotify, and the shim's first open of the container's config.json (after scute pinned the
-/// source, before libcontainer reads the spec it mounts from) waits while the test swaps.
+/// it): the start (where the process and its mounts are made) is refused naming the mount, and
+/// nothing of it is left but the exited container. The swap lands in that window by
+/// construction, not by timing: the daemon's root is a tmpfs this test watches with fanotify,
+/// and the shim's first open of the container's config.json (after scute pinned the source,
+/// before libcontainer reads the spec it mounts from) waits while the test swaps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_path_swapped_for_a_symlink_before_its_mount_is_refused() {
     use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, MarkFlags, MaskFlags, Response};
@@ -691,21 +692,35 @@ async fn a_host_path_swapped_for_a_symlink_before_its_mount_is_refused() {
         host_path: real.join("data").display().to_string(),
         ..Default::default()
     }];
-    let created = pod.create(c).await;
+    let mounts = common::mounts_under(&root);
+    let id = pod
+        .create(c)
+        .await
+        .expect("the create (the source is checked again at the start)");
+    let started = pod
+        .daemon
+        .runtime()
+        .await
+        .start_container(api::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await;
     stop.store(true, Ordering::SeqCst);
     // One more open wakes the watcher to see the stop.
     let _ = std::fs::read(&wake);
     let swapped = watcher.join().expect("the fanotify watcher");
     let swapped = swapped.expect("the shim never opened the container's config.json: no swap was made");
-    let err = created.expect_err(&format!(
-        "a create whose source was swapped ({swapped}) must be refused"
-    ));
+    let err = started.expect_err(&format!("a start whose source was swapped ({swapped}) must be refused"));
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert!(
         err.message().contains("/srv") && err.message().contains("is not"),
         "{err:?}"
     );
-    assert!(pod.containers().await.is_empty(), "a refused create left a container");
+    let status = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerExited, "{status:?}");
+    assert_eq!(status.reason, "StartError");
+    assert_eq!(common::mounts_under(&root), mounts, "a refused start left a mount");
+    assert!(!pod.log("swapped").contains("decoy"), "the container ran on the decoy");
     assert_eq!(std::fs::read_to_string(decoy.join("data/which")).unwrap(), "decoy\n");
     pod.remove_all().await;
 }

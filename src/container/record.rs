@@ -6,6 +6,11 @@
 //!   daemon restart: the shim is asked; a Running container that exited meanwhile becomes Exited
 //!   with the exit code and time its shim recorded.
 //! ```
+//!
+//! A Created container is its record, its writable layer and its bundle: no mount, no process.
+//! StartContainer mounts its rootfs and has the shim make and start its process (as containerd
+//! makes its task at StartContainer), so a node holding created containers pays nothing for
+//! them. (Records from before kept the process made at CreateContainer: `deferred` is false.)
 
 use std::collections::HashMap;
 
@@ -86,6 +91,11 @@ pub struct ContainerRecord {
     /// (pid 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<String>,
+    /// The create finished with its process left to StartContainer (the bundle is written, the
+    /// rootfs unmounted). False while a create runs, and in records from before (whose process
+    /// was made at CreateContainer).
+    #[serde(default)]
+    pub deferred: bool,
 }
 
 /// An image mounted as a volume: which CRI mount, the image it resolved to, its layers.
@@ -358,6 +368,7 @@ mod tests {
             user: None,
             unclaimed: false,
             restored_from: None,
+            deferred: true,
         };
         let listed = record.to_cri_container();
         let status = record.to_cri_status();

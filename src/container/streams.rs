@@ -38,13 +38,17 @@ impl ContainerManager {
         shim.exec_stream(id, &options).await.map_err(session_failed(id, "exec"))
     }
 
-    /// Joins a created or running container's stdio.
+    /// Joins a running container's stdio (or a created one's from before deferred creates,
+    /// whose stdio its shim holds already).
     pub async fn attach_session(&self, id: &str, options: &AttachOptions) -> Result<ShimSession, ContainerError> {
         let record = self.refresh(self.get(id)?).await?;
         if record.state == ContainerState::Exited {
             return Err(ContainerError::FailedPrecondition(format!(
                 "container {id} has exited: there is nothing to attach to"
             )));
+        }
+        if record.state == ContainerState::Created && record.deferred {
+            return Err(not_started(id));
         }
         let shim = self.shim(&record.sandbox_id).await?;
         shim.attach(id, options).await.map_err(session_failed(id, "attach"))
@@ -57,13 +61,21 @@ impl ContainerManager {
         let record = self.refresh(self.get(&id)?).await?;
         match record.state {
             ContainerState::Running => Ok(id),
-            ContainerState::Created if !exec => Ok(id),
+            ContainerState::Created if !exec && !record.deferred => Ok(id),
+            ContainerState::Created if !exec => Err(not_started(&id)),
             state => Err(ContainerError::FailedPrecondition(format!(
                 "container {id} is {state:?}: {} needs a running container",
                 if exec { "exec" } else { "attach" }
             ))),
         }
     }
+}
+
+/// A created container's stdio is made with its process, at StartContainer.
+fn not_started(id: &str) -> ContainerError {
+    ContainerError::FailedPrecondition(format!(
+        "container {id} has not been started: its stdio is made at StartContainer, attach after it"
+    ))
 }
 
 /// The shim's refusals keep their meaning (a container that stopped meanwhile, attach with stdin

@@ -1,4 +1,5 @@
-//! CreateContainer: a container in a ready pod, from a pulled image; not started yet.
+//! CreateContainer: a container in a ready pod, from a pulled image: its record, writable layer
+//! and bundle; its process is made at StartContainer.
 
 use super::{Cri, RpcError};
 use crate::api::{CreateContainerRequest, CreateContainerResponse};

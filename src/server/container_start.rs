@@ -1,4 +1,5 @@
-//! StartContainer: only a created container starts.
+//! StartContainer: only a created container starts; its process is made here (see
+//! `container::manager::start`).
 
 use super::{Cri, RpcError};
 use crate::api::{StartContainerRequest, StartContainerResponse};

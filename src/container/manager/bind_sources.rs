@@ -5,11 +5,12 @@
 //! write its parent: another pod with a hostPath above it) would make it bind whatever the link
 //! names — the host's root, say. runc and containerd have the same window.
 //!
-//! So each bind source is opened (O_PATH) when the bundle is written and held until the
-//! container is created; a CRI source, canonical by construction, must still be there with no
-//! symlink on its path (one there now was swapped in). Once created, each visible bind's
-//! destination, resolved in the container's root, must be the very inode held, or the create
-//! fails (and is rolled back) naming the mount. A destination not there at all is covered (by a
+//! So at StartContainer each bind source is opened (O_PATH) before the shim makes the process,
+//! and held until it is made; a CRI source, canonical by construction (CreateContainer's spec
+//! builder resolved it), must still be there with no symlink on its path (one there now was
+//! swapped in). Once made, each visible bind's destination, resolved in the container's root,
+//! must be the very inode held, or the start fails (a StartError, the process released) naming
+//! the mount. A destination not there at all is covered (by a
 //! later mount reached through an image symlink, or a masked path): a swap leaves the mount
 //! point in place, resolving to something else.
 //!
@@ -40,7 +41,7 @@ struct Pinned {
     _fd: OwnedFd,
 }
 
-/// The bind sources of one container's spec, held from its bundle to its creation.
+/// The bind sources of one container's spec, held from before its process is made until checked.
 pub(super) struct BindSources(Vec<Pinned>);
 
 impl BindSources {

@@ -1,7 +1,8 @@
 //! Image volumes (KEP-4639): a CRI mount whose `image` names a pulled image gets that image's
 //! filesystem, read-only (`snapshot::view`), whole or at `image_sub_path`. The view is made
-//! under the container's directory when the container is created and unmounted when it is
-//! removed; the record holds the image's layers, so garbage collection keeps them meanwhile.
+//! under the container's directory when the container is created (to check the sub-path) and
+//! when it starts, and unmounted after each; the record holds the image's layers from its create
+//! to its removal, so garbage collection keeps them meanwhile.
 
 use std::fs::File;
 use std::path::Path;
@@ -9,7 +10,6 @@ use std::path::Path;
 use super::{failed, ContainerError, ContainerManager};
 use crate::api;
 use crate::container::record::ImageVolume;
-use crate::image::record::ImageRecord;
 use crate::image::ImageError;
 use crate::snapshot::view::{self, SubPathError};
 
@@ -28,7 +28,7 @@ impl ContainerManager {
     pub(super) fn resolve_image_volumes(
         &self,
         config: &api::ContainerConfig,
-    ) -> Result<Vec<(ImageVolume, ImageRecord)>, ContainerError> {
+    ) -> Result<Vec<ImageVolume>, ContainerError> {
         let mut volumes = Vec::new();
         for (i, mount) in config.mounts.iter().enumerate() {
             if !is_image_volume(mount) {
@@ -59,7 +59,7 @@ impl ContainerManager {
                 image_id: image.id.clone(),
                 chain_ids: image.layers.iter().map(|l| l.chain_id.clone()).collect(),
             };
-            volumes.push((volume, image));
+            volumes.push(volume);
         }
         Ok(volumes)
     }
@@ -71,7 +71,7 @@ impl ContainerManager {
     pub(super) fn stage_image_volumes(
         &self,
         config: &api::ContainerConfig,
-        volumes: &[(ImageVolume, ImageRecord)],
+        volumes: &[ImageVolume],
         dir: &Path,
         userns: Option<&File>,
     ) -> Result<Option<api::ContainerConfig>, ContainerError> {
@@ -79,17 +79,17 @@ impl ContainerManager {
             return Ok(None);
         }
         let mut staged = config.clone();
-        for (volume, image) in volumes {
+        for volume in volumes {
             let Some(mount) = staged.mounts.get_mut(volume.mount) else {
                 continue;
             };
             let name = mount.image.as_ref().map(|s| s.image.clone()).unwrap_or_default();
             let at = mount.container_path.clone();
-            let lowers: Vec<_> = image
-                .layers
+            let lowers: Vec<_> = volume
+                .chain_ids
                 .iter()
                 .rev()
-                .map(|l| self.images.snapshots().fs_path(&l.chain_id))
+                .map(|chain_id| self.images.snapshots().fs_path(chain_id))
                 .collect();
             let volume_dir = dir.join(VOLUMES_DIR).join(volume.mount.to_string());
             let root = view::mount_readonly(&lowers, &volume_dir, userns)

@@ -2,7 +2,8 @@
 //! requests to their pod's shim.
 //!
 //! On disk, per container: `<root>/containers/<id>/` holds `rootfs/` (overlay of the image's layer
-//! snapshots with `upper/` + `work/`, the container's writable layer) and `bundle/config.json`.
+//! snapshots with `upper/` + `work/`, the container's writable layer; mounted from its start to
+//! its exit) and `bundle/config.json`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use crate::oci::{container_spec, ContainerSpec, HostFacts, SpecError};
 use crate::sandbox::files;
 use crate::sandbox::manager::{clamp_oom_score_adj, SandboxError, SandboxManager};
 use crate::sandbox::record::SandboxState;
-use crate::shim_client::{ContainerStatus as ShimStatus, CreateOptions, ExecResult, ShimClient, ShimError};
+use crate::shim_client::{ContainerStatus as ShimStatus, ExecResult, ShimClient, ShimError};
 use crate::store::{self, Kind, Store};
 
 /// ExecSync output beyond this is dropped (the kubelet keeps probe output small anyway).
@@ -30,11 +31,11 @@ mod exits;
 mod image_volumes;
 mod release;
 mod restore;
+mod start;
 mod stop;
 mod update;
 mod validate;
 
-use bind_sources::BindSources;
 use validate::validate_config;
 
 const EXEC_MAX_OUTPUT: usize = 16 << 20;
@@ -364,6 +365,7 @@ impl ContainerManager {
             user: None,
             unclaimed: false,
             restored_from: checkpoint.as_ref().map(|c| c.source.to_string()),
+            deferred: false,
         };
         self.store.create(&name, &record)?;
         let effective = self.with_handler_defaults(config.clone(), &sandbox.runtime_handler);
@@ -427,12 +429,6 @@ impl ContainerManager {
         record: &mut ContainerRecord,
     ) -> Result<(), ContainerError> {
         let dir = self.dir(&record.id);
-        let lowers: Vec<PathBuf> = image
-            .layers
-            .iter()
-            .rev()
-            .map(|l| self.images.snapshots().fs_path(&l.chain_id))
-            .collect();
         let rootfs = dir.join("rootfs");
         let ns = sandbox_config
             .linux
@@ -444,18 +440,10 @@ impl ContainerManager {
         let userns = crate::oci::userns::pod_user_namespace(&ns).ok().flatten();
         files::create_private_dir(&dir, userns.map(|pod| pod.gids.host_id))
             .map_err(failed("creating the container directory"))?;
-        // In a pod user namespace the image's files must appear as the pod's: idmapped layers.
-        let ns_file = match &userns {
-            Some(_) => Some(
-                std::fs::File::open(format!("/proc/{}/ns/user", sandbox.pause_pid))
-                    .map_err(failed("opening the pod's user namespace"))?,
-            ),
-            None => None,
-        };
         let volumes = self.resolve_image_volumes(config)?;
         if !volumes.is_empty() {
             // Held before they are mounted: garbage collection keeps the images' layers.
-            record.image_volumes = volumes.iter().map(|(v, _)| v.clone()).collect();
+            record.image_volumes = volumes;
             self.store.put(&*record)?;
         }
         if let Some(source) = checkpoint {
@@ -471,27 +459,10 @@ impl ContainerManager {
                 .await
                 .map_err(|e| ContainerError::Failed(format!("unpacking the checkpoint: {e}")))??;
         }
-        let with_volumes = self.stage_image_volumes(config, &volumes, &dir, ns_file.as_ref())?;
-        let config = with_volumes.as_ref().unwrap_or(config);
-        let mut staged = None;
-        match (&userns, &ns_file) {
-            (Some(pod), Some(ns_file)) => {
-                let root_ids = (pod.uids.host_id, pod.gids.host_id);
-                crate::snapshot::idmap::mount_overlay_idmapped(
-                    &lowers,
-                    &dir,
-                    &dir.join("upper"),
-                    &dir.join("work"),
-                    &rootfs,
-                    ns_file,
-                    root_ids,
-                )
-                .map_err(failed("mounting the container's idmapped rootfs"))?;
-                staged = stage_idmapped_volumes(config, pod, &dir, ns_file)?;
-            }
-            _ => crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
-                .map_err(failed("mounting the container's rootfs"))?,
-        }
+        // Mounted for what the spec reads from the image (its users, where its symlinks lead),
+        // unmounted again at the end: StartContainer mounts them for the process.
+        let staged = self.mount_views(record, config, userns.as_ref(), sandbox.pause_pid)?;
+        let config = staged.as_ref().unwrap_or(config);
         let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
             .map_err(failed("settling the image's /dev, /proc and /sys"))?;
         for what in replaced {
@@ -500,7 +471,7 @@ impl ContainerManager {
         let cdi_devices = CdiRegistry::requested(&config.cdi_devices, &config.annotations)?;
         let mut spec = container_spec(&ContainerSpec {
             id: &record.id,
-            config: staged.as_ref().unwrap_or(config),
+            config,
             sandbox: sandbox_config,
             image: &image.config,
             rootfs: rootfs.clone(),
@@ -525,96 +496,71 @@ impl ContainerManager {
             groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
             record.user = Some((user.uid(), user.gid(), groups));
         }
-        // Held from here until the container is created, then checked against what it got.
-        let cri_destinations: Vec<String> = config
-            .mounts
-            .iter()
-            .map(|m| crate::oci::clean_absolute(&m.container_path))
-            .collect();
         bind_sources::refuse_binds_into_procfs(&spec, &rootfs).map_err(ContainerError::FailedPrecondition)?;
-        let bind_sources = BindSources::pin(&spec, &cri_destinations).map_err(ContainerError::FailedPrecondition)?;
-        let bundle = files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
+        files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
         if !record.log_path.is_empty() {
             if let Some(parent) = std::path::Path::new(&record.log_path).parent() {
                 std::fs::create_dir_all(parent).map_err(failed("creating the log directory"))?;
             }
         }
-        let shim = self.shim(&sandbox.id).await?;
-        record.pid = shim
-            .create_container_with(
-                &record.id,
-                &bundle,
-                &CreateOptions {
-                    log_path: (!record.log_path.is_empty()).then(|| PathBuf::from(&record.log_path)),
-                    stdin: config.stdin,
-                    tty: config.tty,
-                    max_log_line_bytes: None,
-                    stdin_once: config.stdin_once,
-                    restore: record
-                        .restored_from
-                        .is_some()
-                        .then(|| (dir.join("checkpoint"), dir.join("criu"))),
-                },
-            )
-            .await
-            .map_err(shim_failed("creating the container"))?;
-        // (A restore has no process until it starts: CRIU mounts what the bundle names then.)
-        if record.restored_from.is_none() {
-            bind_sources
-                .verify(record.pid)
-                .map_err(ContainerError::FailedPrecondition)?;
-        }
+        release::unmount_views(&dir)?;
+        record.deferred = true;
         Ok(())
     }
 
-    pub async fn start(&self, id_or_prefix: &str) -> Result<(), ContainerError> {
-        let id = self.resolve(id_or_prefix)?;
-        let _lock = self.id_locks.lock(&id).await;
-        let mut record = self.get(&id)?;
-        if !record.state.can_start() {
-            return Err(ContainerError::FailedPrecondition(format!(
-                "container {id} is {:?}, only a created container can be started",
-                record.state
-            )));
-        }
-        let shim = self.shim(&record.sandbox_id).await?;
-        let started = shim.start_container(&id).await;
-        // Stored and sent before the exit watcher may see it Running: STARTED before STOPPED.
-        let order = self.transitions.lock().await;
-        if let Err(e) = started {
-            record.exited(128, scute_sys::clock::now_nanos(), false);
-            record.reason = "StartError".into();
-            record.message = e.to_string();
-            self.store.put(&record)?;
-            self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStoppedEvent)
-                .await;
-            drop(order);
-            self.release_exited(&record).await;
-            return Err(shim_failed("starting the container")(e));
-        }
-        if record.restored_from.is_some() {
-            // Its processes exist from now on.
-            match shim.state(&id).await {
-                Ok(state) => record.pid = state.pid,
-                Err(e) => tracing::warn!(container = %id, error = %e, "the restored container's pid"),
+    /// Mounts what the container's spec binds that scute makes: its rootfs (the image's layers
+    /// under its writable layer, idmapped in a pod with a user namespace), its image volumes'
+    /// views and, in such a pod, its idmapped volumes' views. Answers the config with those
+    /// mounts bound from their views (None: no volume is). Made the same way at CreateContainer
+    /// and at StartContainer: the views' paths depend only on the container. What was mounted
+    /// before a failure stays for the caller's rollback (`release`).
+    fn mount_views(
+        &self,
+        record: &ContainerRecord,
+        config: &api::ContainerConfig,
+        userns: Option<&crate::oci::userns::PodUserNs>,
+        pause_pid: u32,
+    ) -> Result<Option<api::ContainerConfig>, ContainerError> {
+        let dir = self.dir(&record.id);
+        let lowers: Vec<PathBuf> = record
+            .chain_ids
+            .iter()
+            .rev()
+            .map(|chain_id| self.images.snapshots().fs_path(chain_id))
+            .collect();
+        // In a pod user namespace the image's files must appear as the pod's: idmapped layers.
+        let ns_file = match userns {
+            Some(_) => Some(
+                std::fs::File::open(format!("/proc/{pause_pid}/ns/user"))
+                    .map_err(failed("opening the pod's user namespace"))?,
+            ),
+            None => None,
+        };
+        let with_volumes = self.stage_image_volumes(config, &record.image_volumes, &dir, ns_file.as_ref())?;
+        let config = with_volumes.as_ref().unwrap_or(config);
+        let rootfs = dir.join("rootfs");
+        match (userns, &ns_file) {
+            (Some(pod), Some(ns_file)) => {
+                let root_ids = (pod.uids.host_id, pod.gids.host_id);
+                crate::snapshot::idmap::mount_overlay_idmapped(
+                    &lowers,
+                    &dir,
+                    &dir.join("upper"),
+                    &dir.join("work"),
+                    &rootfs,
+                    ns_file,
+                    root_ids,
+                )
+                .map_err(failed("mounting the container's idmapped rootfs"))?;
+                let staged = stage_idmapped_volumes(config, pod, &dir, ns_file)?;
+                Ok(staged.or(with_volumes))
+            }
+            _ => {
+                crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
+                    .map_err(failed("mounting the container's rootfs"))?;
+                Ok(with_volumes)
             }
         }
-        record
-            .started(scute_sys::clock::now_nanos())
-            .map_err(ContainerError::FailedPrecondition)?;
-        self.store.put(&record)?;
-        tracing::info!(container = %id, "container started");
-        self.emit(&id, &record.sandbox_id, api::ContainerEventType::ContainerStartedEvent)
-            .await;
-        drop(order);
-        // An exit the shim reported before Running was stored was not recorded: ask once.
-        let sandbox_id = record.sandbox_id.clone();
-        if let Err(e) = self.refresh(record).await {
-            tracing::warn!(container = %id, error = %e, "checking a started container");
-            // It may have exited unrecorded: lists ask the shim again from now on.
-            self.sandboxes.exit_notices.set_pushing(&sandbox_id, false);
-        }
-        Ok(())
     }
 
     pub fn get(&self, id: &str) -> Result<ContainerRecord, ContainerError> {
@@ -709,8 +655,9 @@ impl ContainerManager {
             if record.state == ContainerState::Exited {
                 self.release_later(&record.id);
             }
-            // (A restore has no process until it starts.)
-            if record.pid == 0 && record.state == ContainerState::Created && record.restored_from.is_none() {
+            // (Records from before deferred creates: a restore has no process until it starts.)
+            let finished = record.deferred || record.pid != 0 || record.restored_from.is_some();
+            if record.state == ContainerState::Created && !finished {
                 tracing::warn!(container = %record.id, "creation was interrupted: removing what it left");
                 if let Err(e) = self.cleanup(&record).await {
                     tracing::warn!(container = %record.id, error = %e, "cleaning up an interrupted creation");
@@ -730,14 +677,15 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Whether the pod's shim may still hold one of its containers: one never started (its init
-    /// waits in the shim), one running, or an exit not yet released (its rootfs still mounted).
-    /// StopPodSandbox ends a shim that holds none of them.
+    /// Whether the pod's shim may still hold one of its containers: one running, or one whose
+    /// rootfs is mounted (an exit not yet released, a start cut short, a created container from
+    /// before deferred creates, whose init waits in the shim). A created container is not in the
+    /// shim until it starts. StopPodSandbox ends a shim that holds none of them.
     pub fn shim_holds_any_in(&self, sandbox_id: &str) -> Result<bool, ContainerError> {
         Ok(self
             .in_sandbox(sandbox_id)?
             .iter()
-            .any(|c| c.state != ContainerState::Exited || self.rootfs_mounted(c)))
+            .any(|c| c.state == ContainerState::Running || self.rootfs_mounted(c)))
     }
 
     /// Removes every container of a pod (RemovePodSandbox).

@@ -53,7 +53,11 @@ impl ContainerManager {
     /// The shim's part first (its process state and cgroup), then the rootfs, so that an
     /// unmounted rootfs means the shim's part is done (the rootfs is mounted before the shim
     /// makes the container, too).
-    async fn release(&self, shim: Option<&ShimClient>, record: &ContainerRecord) -> Result<(), ContainerError> {
+    pub(super) async fn release(
+        &self,
+        shim: Option<&ShimClient>,
+        record: &ContainerRecord,
+    ) -> Result<(), ContainerError> {
         match shim {
             Some(shim) => match shim.delete_container(&record.id).await {
                 Ok(()) | Err(ShimError::NotFound(_)) => {}
@@ -71,10 +75,7 @@ impl ContainerManager {
             }
             None => {}
         }
-        let dir = self.dir(&record.id);
-        crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the rootfs"))?;
-        image_volumes::unmount_image_volumes(&dir).map_err(failed("unmounting the image volumes"))?;
-        crate::snapshot::idmap::unmount_idmapped_views(&dir).map_err(failed("unmounting the idmapped views"))
+        unmount_views(&self.dir(&record.id))
     }
 
     pub(super) fn rootfs_mounted(&self, record: &ContainerRecord) -> bool {
@@ -95,4 +96,12 @@ impl ContainerManager {
             _ => Ok(()),
         }
     }
+}
+
+/// Unmounts what `mount_views` mounted for the container in `dir`: its rootfs and its volumes'
+/// views; nothing mounted is fine.
+pub(super) fn unmount_views(dir: &std::path::Path) -> Result<(), ContainerError> {
+    crate::snapshot::unmount_view(&dir.join("rootfs")).map_err(failed("unmounting the rootfs"))?;
+    image_volumes::unmount_image_volumes(dir).map_err(failed("unmounting the image volumes"))?;
+    crate::snapshot::idmap::unmount_idmapped_views(dir).map_err(failed("unmounting the idmapped views"))
 }

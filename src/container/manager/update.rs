@@ -29,7 +29,9 @@ impl ContainerManager {
         let oci = crate::oci::update_resources(&resources, &self.host)?;
         let _lock = self.id_locks.lock(&id).await;
         let mut record = self.refresh(self.get(&id)?).await?;
-        if record.state != ContainerState::Exited {
+        // A created container is not in its shim yet: its bundle gets them (below).
+        let in_bundle = record.state == ContainerState::Created && record.deferred;
+        if record.state != ContainerState::Exited && !in_bundle {
             let shim = self.shim(&record.sandbox_id).await?;
             match shim.update_resources(&id, &oci).await {
                 Ok(()) => {}
@@ -55,10 +57,37 @@ impl ContainerManager {
         }
         let mut config = record.config();
         let linux = config.linux.get_or_insert_with(Default::default);
-        linux.resources = Some(merge_resources(linux.resources.take().unwrap_or_default(), resources));
+        let merged = merge_resources(linux.resources.take().unwrap_or_default(), resources);
+        if in_bundle {
+            self.update_bundle(&record, &merged)?;
+        }
+        linux.resources = Some(merged);
         record.config = ContainerRecord::encode_config(&config);
         self.store.put(&record)?;
         tracing::info!(container = %id, state = ?record.state, "container resources updated");
+        Ok(())
+    }
+}
+
+impl ContainerManager {
+    /// The created container's bundle with `resources` in place of its resources, converted as
+    /// CreateContainer converts them (its device rules stay), for the cgroup its start makes.
+    fn update_bundle(
+        &self,
+        record: &ContainerRecord,
+        resources: &api::LinuxContainerResources,
+    ) -> Result<(), ContainerError> {
+        let dir = self.dir(&record.id);
+        let path = dir.join("bundle").join("config.json");
+        let mut spec = oci_spec::runtime::Spec::load(&path)
+            .map_err(|e| ContainerError::Failed(format!("reading the container's bundle: {e}")))?;
+        let mut updated = crate::oci::update_resources(resources, &self.host)?;
+        if let Some(linux) = spec.linux_mut() {
+            let devices = linux.resources().as_ref().and_then(|r| r.devices().clone());
+            updated.set_devices(devices);
+            linux.set_resources(Some(updated));
+        }
+        crate::sandbox::files::write_bundle(&dir, &spec).map_err(super::failed("writing the bundle"))?;
         Ok(())
     }
 }
