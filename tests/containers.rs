@@ -721,3 +721,147 @@ async fn a_start_racing_its_pods_stop_never_loses_the_shim() {
     eprintln!("{started} containers started before the stop, {refused} refused after it");
     assert_eq!(pod.containers().await, Vec::new());
 }
+
+/// The daemon killed in the middle of a StartContainer, while the shim is making the process:
+/// the container stays Created with its rootfs mounted and the shim holding what it made, and
+/// the kubelet's next StartContainer after the restart releases that and starts the container
+/// whole (one process, its log). The kill lands in that window by construction: the daemon's
+/// root is a tmpfs this test watches with fanotify, and the shim's open of the container's
+/// config.json waits until the daemon is dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_cut_short_by_a_crash_starts_whole_after_the_restart() {
+    use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, MarkFlags, MaskFlags, Response};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+
+    let daemon = common::Daemon::start_on_tmpfs("", "size=1g");
+    let (root, daemon_pid) = (daemon.root.clone(), daemon.pid().as_raw());
+    let mut pod = common::pod::pod_on(daemon, "cutshort").await;
+    let id = pod
+        .create(container("cut", "echo started; exec sleep 600"))
+        .await
+        .unwrap();
+    let wake = root.join("wake");
+    std::fs::write(&wake, "").unwrap();
+    let fan = Fanotify::init(
+        InitFlags::FAN_CLASS_CONTENT | InitFlags::FAN_CLOEXEC,
+        EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE | EventFFlags::O_CLOEXEC,
+    )
+    .expect("fanotify_init (root holds CAP_SYS_ADMIN)");
+    fan.mark(
+        MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
+        MaskFlags::FAN_OPEN_PERM,
+        None,
+        Some(&root),
+    )
+    .expect("a permission mark on the daemon's root");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (held_tx, held_rx) = mpsc::channel::<i32>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    // Answers every open on the daemon's root (allowed, always); holds the shim's first open of
+    // the container's config.json until told to let it through.
+    let watcher = {
+        let (stop, bundle) = (
+            stop.clone(),
+            root.join("containers").join(&id).join("bundle/config.json"),
+        );
+        std::thread::spawn(move || {
+            let (mut held, mut was_held) = (None, false);
+            while !stop.load(Ordering::SeqCst) {
+                let allow = |event: &nix::sys::fanotify::FanotifyEvent| {
+                    if let Some(fd) = event.fd() {
+                        fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW))
+                            .unwrap();
+                    }
+                };
+                for event in fan.read_events().expect("reading fanotify events") {
+                    let Some(fd) = event.fd() else { continue };
+                    let path = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)))
+                        .unwrap_or_default();
+                    if !was_held && event.pid() != daemon_pid && path == bundle {
+                        was_held = true;
+                        held_tx.send(event.pid()).unwrap();
+                        held = Some(event);
+                        continue;
+                    }
+                    allow(&event);
+                }
+                if held.is_some() && release_rx.try_recv().is_ok() {
+                    allow(&held.take().unwrap());
+                }
+            }
+            if let Some(event) = held {
+                fan.write_response(FanotifyResponse::new(event.fd().unwrap(), Response::FAN_ALLOW))
+                    .unwrap();
+            }
+        })
+    };
+    let mut starter = pod.daemon.runtime().await;
+    let start = tokio::spawn({
+        let id = id.clone();
+        async move {
+            starter
+                .start_container(api::StartContainerRequest { container_id: id })
+                .await
+        }
+    });
+    let shim = tokio::task::spawn_blocking(move || held_rx.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("the shim never opened the container's config.json");
+    pod.daemon.kill();
+    assert!(start.await.unwrap().is_err(), "a start answered by a killed daemon");
+    // Let the shim make the process now that nobody waits for it; an open wakes the watcher.
+    release_tx.send(()).unwrap();
+    let _ = std::fs::read(&wake);
+    let state = pod
+        .daemon
+        .state
+        .join("shims")
+        .join(&pod.id[..32])
+        .join("containers")
+        .join(&id)
+        .join("state.json");
+    let mut made = false;
+    for _ in 0..200 {
+        let _ = std::fs::read(&wake);
+        if std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"created\"")) {
+            made = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let _ = std::fs::read(&wake);
+    watcher.join().expect("the fanotify watcher");
+    assert!(
+        made,
+        "the shim (pid {shim}) did not make the process after the daemon died"
+    );
+
+    pod.daemon.start_again();
+    let status = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerCreated);
+    let rootfs = root.join("containers").join(&id).join("rootfs");
+    assert!(
+        scute_sys::mountinfo::is_mountpoint(&rootfs),
+        "the cut start's rootfs is gone"
+    );
+    pod.start(&id).await;
+    pod.wait_log("cut", "started").await;
+    let status = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerRunning);
+    let cgroups_path = pod.daemon.container_info(&id).await["cgroupsPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, cgroups) = held_on_the_node(&pod, &id, &cgroups_path);
+    let procs = std::fs::read_to_string(cgroups[0].join("cgroup.procs")).unwrap();
+    assert_eq!(
+        procs.lines().count(),
+        1,
+        "the process the cut start made is left beside the started one: {procs}"
+    );
+    assert_eq!(pod.log("cut").matches("started").count(), 1, "{}", pod.log("cut"));
+    pod.remove_all().await;
+}
