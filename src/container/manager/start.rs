@@ -5,16 +5,27 @@
 //! and a create reads no mount table: a node with many created containers pays nothing for them.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::bind_sources::BindSources;
-use super::{shim_failed, ContainerError, ContainerManager};
+use super::{release, shim_failed, ContainerError, ContainerManager};
 use crate::api;
 use crate::container::record::ContainerRecord;
 use crate::sandbox::record::SandboxState;
 use crate::shim_client::CreateOptions;
 
 impl ContainerManager {
-    pub async fn start(&self, id_or_prefix: &str) -> Result<(), ContainerError> {
+    /// StartContainer, in a task of its own: a caller that stops waiting (the kubelet's
+    /// deadline) drops only its wait, never a start half-way (views mounted, a process made and
+    /// not started, a Running container not yet recorded).
+    pub async fn start(self: &Arc<Self>, id_or_prefix: &str) -> Result<(), ContainerError> {
+        let (manager, id) = (self.clone(), id_or_prefix.to_string());
+        tokio::spawn(async move { manager.start_whole(&id).await })
+            .await
+            .map_err(|e| ContainerError::Failed(format!("the start's task died: {e}")))?
+    }
+
+    async fn start_whole(&self, id_or_prefix: &str) -> Result<(), ContainerError> {
         let id = self.resolve(id_or_prefix)?;
         // Until its process is in the shim and started: the pod's stop waits for it (and then
         // stops it). Taken before the container's lock, as the stop takes them.
@@ -101,9 +112,11 @@ impl ContainerManager {
             )));
         }
         let shim = self.shim(&sandbox.id).await?;
-        if self.rootfs_mounted(record) {
-            // A start cut short (the daemon stopped half-way) made some of it: that goes first.
-            self.release(Some(&shim), record).await?;
+        // A start cut short (the daemon stopped half-way) made some of it: that goes first. The
+        // shim may hold a part only once the rootfs is mounted (the last view mounted).
+        match self.rootfs_mounted(record) {
+            true => self.release(Some(&shim), record).await?,
+            false => release::unmount_views(&self.dir(&record.id))?,
         }
         let config = record.config();
         let ns = sandbox
