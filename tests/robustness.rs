@@ -488,6 +488,11 @@ async fn abandon_create(made: Made, base: &Pod, parent: &str, name: &str, gate: 
         }
         // The call is dropped here: the client gave up.
     };
+    // The gate stays shut until the daemon has seen the client go (its reset of the stream, a
+    // few microseconds): a container's create is only a few milliseconds past the shim's
+    // answer since its process is made at StartContainer, and one that finished before the
+    // daemon saw the reset would be answered to the closed stream instead of kept.
+    tokio::time::sleep(Duration::from_millis(250)).await;
     let _ = std::fs::remove_file(&hold);
     if let Some(pid) = shim {
         kill(pid, Signal::SIGCONT).unwrap();
