@@ -262,3 +262,41 @@ async fn an_oci_artifact_is_mounted_as_its_files() {
     pod.remove_all().await;
     assert_eq!(image_volume_mounts(&pod.daemon.root), Vec::<String>::new());
 }
+
+/// A start that fails after it mounted an image volume's view and before the container's rootfs
+/// (mounted last; here the container's writable layer is a file, not a directory) leaves
+/// nothing mounted once it has answered, not until RemoveContainer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_failing_before_its_rootfs_leaves_no_view_mounted() {
+    let pod = pod("image-volume-failed-start").await;
+    push_data_image(&pod);
+    let image_id = pod.pull(DATA).await;
+    let mut config = container("unstartable", "exec sleep 3600");
+    config.mounts = vec![image_mount("/vol", &image_id, "")];
+    let id = pod.create(config).await.unwrap();
+    assert_eq!(image_volume_mounts(&pod.daemon.root), Vec::<String>::new(), "mounted at create");
+    let upper = pod.daemon.root.join("containers").join(&id).join("upper");
+    std::fs::remove_dir_all(&upper).unwrap();
+    std::fs::write(&upper, "not a directory").unwrap();
+
+    let err = pod
+        .daemon
+        .runtime()
+        .await
+        .start_container(api::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect_err("a start without its writable layer");
+    assert!(err.message().contains("rootfs"), "{err:?}");
+    let status = pod.status(&id).await;
+    assert_eq!(status.state(), api::ContainerState::ContainerExited);
+    assert_eq!(status.reason, "StartError");
+    assert_eq!(
+        image_volume_mounts(&pod.daemon.root),
+        Vec::<String>::new(),
+        "the failed start left its image volume mounted"
+    );
+    assert_eq!(mounts_under(&pod.daemon.root.join("containers").join(&id)), Vec::<String>::new());
+    pod.remove_all().await;
+}

@@ -34,7 +34,15 @@ impl ContainerManager {
     /// fails, which is logged: the container has stopped all the same. The caller holds the
     /// container's lock.
     pub(super) async fn release_exited(&self, record: &ContainerRecord) {
-        if record.state != ContainerState::Exited || !self.rootfs_mounted(record) {
+        if record.state != ContainerState::Exited {
+            return;
+        }
+        if !self.rootfs_mounted(record) {
+            // A start that failed before the rootfs was mounted may have mounted the image
+            // volumes' views (mounted first): no shim holds them.
+            if let Err(e) = unmount_views(&self.dir(&record.id)) {
+                tracing::warn!(container = %record.id, error = %e, "unmounting a failed start's views; RemoveContainer tries again");
+            }
             return;
         }
         let shim = self.shim(&record.sandbox_id).await.ok();
