@@ -722,6 +722,98 @@ async fn a_start_racing_its_pods_stop_never_loses_the_shim() {
     assert_eq!(pod.containers().await, Vec::new());
 }
 
+/// The daemon killed in a StartContainer after the shim started the process and before Running
+/// was stored: after the restart the container is Running with that process (not Created with a
+/// process the kubelet cannot see), and StopContainer ends it. The kill lands in that window by
+/// construction: strace holds every pwrite(2) of the daemon (its store's writes) from before the
+/// start until the daemon is dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_cut_short_after_the_process_started_is_running_after_the_restart() {
+    let mut pod = pod("startedcut").await;
+    let id = pod
+        .create(container("started", "echo started; exec sleep 600"))
+        .await
+        .unwrap();
+    let daemon_pid = pod.daemon.pid().as_raw();
+    let mut strace = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64"])
+        .args([
+            "-e",
+            "inject=pwrite64:delay_enter=60000000",
+            "-p",
+            &daemon_pid.to_string(),
+        ])
+        .spawn()
+        .expect("strace (hack/setup.sh installs it)");
+    // Attached once every thread of the daemon has a tracer.
+    let traced = || {
+        std::fs::read_dir(format!("/proc/{daemon_pid}/task")).is_ok_and(|tasks| {
+            tasks.flatten().all(|task| {
+                std::fs::read_to_string(task.path().join("status")).is_ok_and(|s| {
+                    s.lines()
+                        .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
+                })
+            })
+        })
+    };
+    for _ in 0..200 {
+        if traced() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(traced(), "strace did not attach to the daemon");
+    let mut starter = pod.daemon.runtime().await;
+    let start = tokio::spawn({
+        let id = id.clone();
+        async move {
+            starter
+                .start_container(api::StartContainerRequest { container_id: id })
+                .await
+        }
+    });
+    pod.wait_log("started", "started").await;
+    // SIGKILL first: a tracee with a fatal signal pending skips the held write when strace
+    // lets go of it (and strace's hold would delay the daemon's reaping until it ends).
+    nix::sys::signal::kill(pod.daemon.pid(), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = strace.kill();
+    let _ = strace.wait();
+    pod.daemon.kill();
+    assert!(start.await.unwrap().is_err(), "a start answered by a killed daemon");
+
+    pod.daemon.start_again();
+    let status = pod.status(&id).await;
+    assert_eq!(
+        status.state(),
+        api::ContainerState::ContainerRunning,
+        "the started process is hidden behind a Created container"
+    );
+    let pid = pod.daemon.container_info(&id).await["pid"].as_i64().unwrap_or(0);
+    assert!(pid > 0 && alive(pid), "pid {pid}");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with("sleep")),
+        "pid {pid} is not the container's process"
+    );
+    pod.daemon
+        .runtime()
+        .await
+        .stop_container(api::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await
+        .unwrap();
+    assert!(!alive(pid), "the container's process outlived StopContainer");
+    assert_eq!(pod.status(&id).await.state(), api::ContainerState::ContainerExited);
+    assert_eq!(
+        pod.log("started").matches("started").count(),
+        1,
+        "{}",
+        pod.log("started")
+    );
+    pod.remove_all().await;
+}
+
 /// The daemon killed in the middle of a StartContainer, while the shim is making the process:
 /// the container stays Created with its rootfs mounted and the shim holding what it made, and
 /// the kubelet's next StartContainer after the restart releases that and starts the container

@@ -274,7 +274,11 @@ async fn a_start_failing_before_its_rootfs_leaves_no_view_mounted() {
     let mut config = container("unstartable", "exec sleep 3600");
     config.mounts = vec![image_mount("/vol", &image_id, "")];
     let id = pod.create(config).await.unwrap();
-    assert_eq!(image_volume_mounts(&pod.daemon.root), Vec::<String>::new(), "mounted at create");
+    assert_eq!(
+        image_volume_mounts(&pod.daemon.root),
+        Vec::<String>::new(),
+        "mounted at create"
+    );
     let upper = pod.daemon.root.join("containers").join(&id).join("upper");
     std::fs::remove_dir_all(&upper).unwrap();
     std::fs::write(&upper, "not a directory").unwrap();
@@ -297,6 +301,9 @@ async fn a_start_failing_before_its_rootfs_leaves_no_view_mounted() {
         Vec::<String>::new(),
         "the failed start left its image volume mounted"
     );
-    assert_eq!(mounts_under(&pod.daemon.root.join("containers").join(&id)), Vec::<String>::new());
+    assert_eq!(
+        mounts_under(&pod.daemon.root.join("containers").join(&id)),
+        Vec::<String>::new()
+    );
     pod.remove_all().await;
 }

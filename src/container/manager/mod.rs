@@ -664,6 +664,11 @@ impl ContainerManager {
                 }
                 self.store.delete::<ContainerRecord>(&record.id, Some(&record.name))?;
             }
+            // A start the daemon stopped in, after its rootfs was mounted: the shim may have
+            // started the process before Running was stored.
+            if record.state == ContainerState::Created && record.deferred && self.rootfs_mounted(&record) {
+                self.adopt_cut_start(Arc::unwrap_or_clone(record)).await;
+            }
         }
         Ok(())
     }

@@ -99,6 +99,43 @@ impl ContainerManager {
         Ok(())
     }
 
+    /// After a restart: a start cut short once the shim had started the process (the daemon
+    /// stopped before storing it) is Running, from the shim's state. Left Created, it would hide
+    /// a running process from the kubelet, whose retried start would find it in the way. A
+    /// process not made or not started yet is left to the next StartContainer, which releases it.
+    pub(super) async fn adopt_cut_start(&self, mut record: ContainerRecord) {
+        let Ok(shim) = self.shim(&record.sandbox_id).await else {
+            return;
+        };
+        let state = match shim.state(&record.id).await {
+            Ok(state) if state.started_at_ns != 0 => state,
+            _ => return,
+        };
+        record.pid = state.pid;
+        if record.started(state.started_at_ns).is_err() {
+            return;
+        }
+        {
+            let _order = self.transitions.lock().await;
+            if let Err(e) = self.store.put(&record) {
+                tracing::warn!(container = %record.id, error = %e, "recording a cut start's running process");
+                return;
+            }
+            self.emit(
+                &record.id,
+                &record.sandbox_id,
+                api::ContainerEventType::ContainerStartedEvent,
+            )
+            .await;
+        }
+        tracing::warn!(container = %record.id, pid = record.pid, "a start cut short by the daemon's stop had started the process: running");
+        // It may have exited since.
+        let id = record.id.clone();
+        if let Err(e) = self.refresh(record).await {
+            tracing::warn!(container = %id, error = %e, "checking a cut start's process");
+        }
+    }
+
     /// Has the pod's shim make the created container's process from its bundle, its rootfs and
     /// views mounted first and its bind sources held from before the process is made until each
     /// is checked in it (see `bind_sources`). What was made before a failure is released with the
