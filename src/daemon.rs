@@ -291,22 +291,12 @@ async fn check_after_unclean_stop(config: &Config, store: &Arc<Store>, images: &
 /// store, `content/` and `snapshots/` 0700 by theirs.
 fn secure_root(root: &Path, store: &Store) -> Result<()> {
     use crate::container::record::ContainerRecord;
-    use crate::oci::userns;
     use crate::sandbox::{files, record::SandboxRecord};
 
     // A pod with its own user namespace: its root's host gid, which may pass its dirs.
     let mut pod_gids: HashMap<String, Option<u32>> = HashMap::new();
     for sandbox in store.list::<SandboxRecord>().context("listing pod sandboxes")? {
-        let ns = sandbox
-            .config()
-            .linux
-            .and_then(|l| l.security_context)
-            .and_then(|s| s.namespace_options)
-            .unwrap_or_default();
-        let gid = userns::pod_user_namespace(&ns)
-            .ok()
-            .flatten()
-            .map(|pod| pod.gids.host_id);
+        let gid = sandbox.user_namespace().map(|pod| pod.gids.host_id);
         pod_gids.insert(sandbox.id, gid);
     }
     let mut container_gids = HashMap::new();

@@ -822,10 +822,6 @@ async fn a_start_cut_short_after_the_process_started_is_running_after_the_restar
 /// config.json waits until the daemon is dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_cut_short_by_a_crash_starts_whole_after_the_restart() {
-    use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, MarkFlags, MaskFlags, Response};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{mpsc, Arc};
-
     let daemon = common::Daemon::start_on_tmpfs("", "size=1g");
     let (root, daemon_pid) = (daemon.root.clone(), daemon.pid().as_raw());
     let mut pod = common::pod::pod_on(daemon, "cutshort").await;
@@ -833,61 +829,7 @@ async fn a_start_cut_short_by_a_crash_starts_whole_after_the_restart() {
         .create(container("cut", "echo started; exec sleep 600"))
         .await
         .unwrap();
-    let wake = root.join("wake");
-    std::fs::write(&wake, "").unwrap();
-    let fan = Fanotify::init(
-        InitFlags::FAN_CLASS_CONTENT | InitFlags::FAN_CLOEXEC,
-        EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE | EventFFlags::O_CLOEXEC,
-    )
-    .expect("fanotify_init (root holds CAP_SYS_ADMIN)");
-    fan.mark(
-        MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
-        MaskFlags::FAN_OPEN_PERM,
-        None,
-        Some(&root),
-    )
-    .expect("a permission mark on the daemon's root");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (held_tx, held_rx) = mpsc::channel::<i32>();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    // Answers every open on the daemon's root (allowed, always); holds the shim's first open of
-    // the container's config.json until told to let it through.
-    let watcher = {
-        let (stop, bundle) = (
-            stop.clone(),
-            root.join("containers").join(&id).join("bundle/config.json"),
-        );
-        std::thread::spawn(move || {
-            let (mut held, mut was_held) = (None, false);
-            while !stop.load(Ordering::SeqCst) {
-                let allow = |event: &nix::sys::fanotify::FanotifyEvent| {
-                    if let Some(fd) = event.fd() {
-                        fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW))
-                            .unwrap();
-                    }
-                };
-                for event in fan.read_events().expect("reading fanotify events") {
-                    let Some(fd) = event.fd() else { continue };
-                    let path = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)))
-                        .unwrap_or_default();
-                    if !was_held && event.pid() != daemon_pid && path == bundle {
-                        was_held = true;
-                        held_tx.send(event.pid()).unwrap();
-                        held = Some(event);
-                        continue;
-                    }
-                    allow(&event);
-                }
-                if held.is_some() && release_rx.try_recv().is_ok() {
-                    allow(&held.take().unwrap());
-                }
-            }
-            if let Some(event) = held {
-                fan.write_response(FanotifyResponse::new(event.fd().unwrap(), Response::FAN_ALLOW))
-                    .unwrap();
-            }
-        })
-    };
+    let watch = common::open_watch::OpenWatch::start(&root, daemon_pid, true, || {});
     let mut starter = pod.daemon.runtime().await;
     let start = tokio::spawn({
         let id = id.clone();
@@ -897,15 +839,12 @@ async fn a_start_cut_short_by_a_crash_starts_whole_after_the_restart() {
                 .await
         }
     });
-    let shim = tokio::task::spawn_blocking(move || held_rx.recv_timeout(Duration::from_secs(60)))
-        .await
-        .unwrap()
+    let (_, shim) = tokio::task::block_in_place(|| watch.first_open(Duration::from_secs(60)))
         .expect("the shim never opened the container's config.json");
     pod.daemon.kill();
     assert!(start.await.unwrap().is_err(), "a start answered by a killed daemon");
-    // Let the shim make the process now that nobody waits for it; an open wakes the watcher.
-    release_tx.send(()).unwrap();
-    let _ = std::fs::read(&wake);
+    // Let the shim make the process now that nobody waits for it.
+    watch.release();
     let state = pod
         .daemon
         .state
@@ -916,16 +855,14 @@ async fn a_start_cut_short_by_a_crash_starts_whole_after_the_restart() {
         .join("state.json");
     let mut made = false;
     for _ in 0..200 {
-        let _ = std::fs::read(&wake);
+        watch.poke();
         if std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"created\"")) {
             made = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stop.store(true, Ordering::SeqCst);
-    let _ = std::fs::read(&wake);
-    watcher.join().expect("the fanotify watcher");
+    watch.finish();
     assert!(
         made,
         "the shim (pid {shim}) did not make the process after the daemon died"

@@ -628,10 +628,6 @@ async fn binds_the_image_leads_into_proc_are_refused() {
 /// before libcontainer reads the spec it mounts from) waits while the test swaps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_path_swapped_for_a_symlink_before_its_mount_is_refused() {
-    use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, MarkFlags, MaskFlags, Response};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
     let daemon = common::Daemon::start_on_tmpfs("", "size=1g");
     let (root, daemon_pid) = (daemon.root.clone(), daemon.pid().as_raw());
     let pod = pod_on(daemon, "swap").await;
@@ -642,49 +638,14 @@ async fn a_host_path_swapped_for_a_symlink_before_its_mount_is_refused() {
         std::fs::create_dir_all(dir.join("data")).unwrap();
         std::fs::write(dir.join("data/which"), which).unwrap();
     }
-    let wake = root.join("wake");
-    std::fs::write(&wake, "").unwrap();
-
-    let fan = Fanotify::init(
-        InitFlags::FAN_CLASS_CONTENT | InitFlags::FAN_CLOEXEC,
-        EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE | EventFFlags::O_CLOEXEC,
-    )
-    .expect("fanotify_init (root holds CAP_SYS_ADMIN)");
-    fan.mark(
-        MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
-        MaskFlags::FAN_OPEN_PERM,
-        None,
-        Some(&root),
-    )
-    .expect("a permission mark on the daemon's root (a kernel with fanotify access permissions)");
-    let stop = Arc::new(AtomicBool::new(false));
-    // Answers every open on the daemon's root (allowed, always: a dropped group allows too);
-    // swaps the directory at the first open of a container's config.json by another process.
-    let watcher = {
-        let (stop, real, decoy, containers) = (stop.clone(), real.clone(), decoy.clone(), root.join("containers"));
-        std::thread::spawn(move || -> Option<String> {
-            let mut swapped = None;
-            while !stop.load(Ordering::SeqCst) {
-                for event in fan.read_events().expect("reading fanotify events") {
-                    let Some(fd) = event.fd() else { continue };
-                    let path = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)))
-                        .unwrap_or_default();
-                    if swapped.is_none()
-                        && event.pid() != daemon_pid
-                        && path.starts_with(&containers)
-                        && path.ends_with("bundle/config.json")
-                    {
-                        std::fs::rename(&real, real.with_file_name("moved")).unwrap();
-                        std::os::unix::fs::symlink(&decoy, &real).unwrap();
-                        swapped = Some(format!("{} by pid {}", path.display(), event.pid()));
-                    }
-                    fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW))
-                        .unwrap();
-                }
-            }
-            swapped
-        })
-    };
+    // The swap, made while the shim's open of the container's config.json waits.
+    let watch = common::open_watch::OpenWatch::start(&root, daemon_pid, false, {
+        let (real, decoy) = (real.clone(), decoy.clone());
+        move || {
+            std::fs::rename(&real, real.with_file_name("moved")).unwrap();
+            std::os::unix::fs::symlink(&decoy, &real).unwrap();
+        }
+    });
 
     let mut c = container("swapped", "cat /srv/which");
     c.mounts = vec![api::Mount {
@@ -705,12 +666,13 @@ async fn a_host_path_swapped_for_a_symlink_before_its_mount_is_refused() {
             container_id: id.clone(),
         })
         .await;
-    stop.store(true, Ordering::SeqCst);
-    // One more open wakes the watcher to see the stop.
-    let _ = std::fs::read(&wake);
-    let swapped = watcher.join().expect("the fanotify watcher");
-    let swapped = swapped.expect("the shim never opened the container's config.json: no swap was made");
-    let err = started.expect_err(&format!("a start whose source was swapped ({swapped}) must be refused"));
+    let (path, opener) = watch
+        .finish()
+        .expect("the shim never opened the container's config.json: no swap was made");
+    let err = started.expect_err(&format!(
+        "a start whose source was swapped (at {} by pid {opener}) must be refused",
+        path.display()
+    ));
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert!(
         err.message().contains("/srv") && err.message().contains("is not"),

@@ -136,6 +136,18 @@ impl SandboxRecord {
         api::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
     }
 
+    /// The pod's own user namespace, if it has one. Its options were checked when the pod was
+    /// made (RunPodSandbox refuses any the runtime cannot give).
+    pub fn user_namespace(&self) -> Option<crate::oci::userns::PodUserNs> {
+        let ns = self
+            .config()
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options)
+            .unwrap_or_default();
+        crate::oci::userns::pod_user_namespace(&ns).ok().flatten()
+    }
+
     pub fn encode_config(config: &api::PodSandboxConfig) -> Vec<u8> {
         config.encode_to_vec()
     }

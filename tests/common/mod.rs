@@ -7,6 +7,7 @@
 
 pub mod device_plugin;
 pub mod kubelet;
+pub mod open_watch;
 pub mod pod;
 
 use std::path::{Path, PathBuf};

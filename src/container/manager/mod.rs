@@ -436,8 +436,7 @@ impl ContainerManager {
             .and_then(|l| l.security_context.as_ref())
             .and_then(|s| s.namespace_options.clone())
             .unwrap_or_default();
-        // Checked when the pod was made.
-        let userns = crate::oci::userns::pod_user_namespace(&ns).ok().flatten();
+        let userns = sandbox.user_namespace();
         files::create_private_dir(&dir, userns.map(|pod| pod.gids.host_id))
             .map_err(failed("creating the container directory"))?;
         let volumes = self.resolve_image_volumes(config)?;

@@ -156,14 +156,7 @@ impl ContainerManager {
             false => release::unmount_views(&self.dir(&record.id))?,
         }
         let config = record.config();
-        let ns = sandbox
-            .config()
-            .linux
-            .and_then(|l| l.security_context)
-            .and_then(|s| s.namespace_options)
-            .unwrap_or_default();
-        // Checked when the pod was made.
-        let userns = crate::oci::userns::pod_user_namespace(&ns).ok().flatten();
+        let userns = sandbox.user_namespace();
         self.mount_views(record, &config, userns.as_ref(), sandbox.pause_pid)?;
         let dir = self.dir(&record.id);
         let bundle = dir.join("bundle");
