@@ -56,6 +56,19 @@ impl<E> Answer<E> {
     }
 }
 
+/// Dropped while set: the caller stopped waiting for the create (its deadline passed).
+struct Waiting(bool);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.0 {
+            tracing::info!(
+                "the caller stopped waiting; the create goes on, and what it makes is kept for a retry of the name"
+            );
+        }
+    }
+}
+
 impl Unclaimed {
     fn set(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<()>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
@@ -78,7 +91,10 @@ impl Unclaimed {
             unclaimed: self.clone(),
         };
         tokio::spawn(create(answer).instrument(tracing::Span::current()));
-        let id = rx.await.map_err(|_| died())??;
+        let mut waiting = Waiting(true);
+        let id = rx.await.map_err(|_| died());
+        waiting.0 = false;
+        let id = id??;
         // Delivered: from here on a create of the same name is a duplicate.
         self.forget(&id);
         drop(caller);

@@ -480,6 +480,7 @@ async fn abandon_create(made: Made, base: &Pod, parent: &str, name: &str, gate: 
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
+    let gone_before = callers_gone(base);
     let outcome = {
         let create = made.create(base, parent, name, None);
         tokio::select! {
@@ -488,16 +489,24 @@ async fn abandon_create(made: Made, base: &Pod, parent: &str, name: &str, gate: 
         }
         // The call is dropped here: the client gave up.
     };
-    // The gate stays shut until the daemon has seen the client go (its reset of the stream, a
-    // few microseconds): a container's create is only a few milliseconds past the shim's
-    // answer since its process is made at StartContainer, and one that finished before the
-    // daemon saw the reset would be answered to the closed stream instead of kept.
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The gate stays shut until the daemon has seen the client go (its reset of the stream): a
+    // container's create is only a few milliseconds past the shim's answer since its process
+    // is made at StartContainer, and one that finished before the daemon saw the reset would be
+    // answered to the closed stream instead of kept.
+    eventually("the daemon to see the caller go", || async {
+        (callers_gone(base) > gone_before).then_some(())
+    })
+    .await;
     let _ = std::fs::remove_file(&hold);
     if let Some(pid) = shim {
         kill(pid, Signal::SIGCONT).unwrap();
     }
     assert!(outcome.is_none(), "{name}: the held create answered: {outcome:?}");
+}
+
+/// How many creates the daemon has seen their caller stop waiting for (`handover`'s log line).
+fn callers_gone(pod: &Pod) -> usize {
+    pod.daemon.log().matches("the caller stopped waiting").count()
 }
 
 /// Whether a unix socket of process `pid` holds bytes it has not read (`ss`'s Recv-Q).
