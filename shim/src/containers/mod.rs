@@ -612,7 +612,14 @@ impl Containers {
         if !matches!(entry.status, Status::Stopped(_)) && entry.restore.is_none() {
             entry.sigkill_sent = true;
             let pid = entry.pid;
+            // On pure cgroup v2 one write to its cgroup.kill, as `kill` does.
+            let by_cgroup_kill = crate::cgroup_v2::kill_file(id, pid).is_some_and(|file| {
+                std::fs::write(&file, "1")
+                    .inspect_err(|e| tracing::warn!(id, file = %file.display(), error = %e, "cgroup.kill failed"))
+                    .is_ok()
+            });
             let killed = match v1_freezer_dir(&dir) {
+                _ if by_cgroup_kill => Ok(()),
                 Some(cgroup) => {
                     crate::cgroup_v1::signal_all(&cgroup, libc::SIGKILL).map_err(|e| ApiError::internal(e.to_string()))
                 }
