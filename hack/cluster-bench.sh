@@ -11,8 +11,9 @@
 # pod_start_sli_duration_seconds (creation to all containers started, image pulls excluded: the
 # image is the sandbox image, already on the node) over those N pods, p50 and p99 from its
 # histogram's buckets as Prometheus' histogram_quantile computes them; then scaled to 0, timed
-# until every pod is gone. Prints both runtimes' figures and scute's ratio; takes the cluster
-# down at the end (also when it fails). Default N is 110 (the kubelet's default maxPods), R 2.
+# until every pod is gone; and where the kubelet's time went (its summed waits on the runtime's
+# CRI calls and on its API rate limiter, from its metrics). Prints both runtimes' figures and
+# scute's ratio; takes the cluster down at the end (also when it fails). Default N is 110 (the kubelet's default maxPods), R 2.
 # Figures are printed, never asserted.
 set -euo pipefail
 
@@ -46,6 +47,17 @@ log "cluster up in $((SECONDS - started)) s"
 buckets() {
 	kubectl get --raw "/api/v1/nodes/$1/proxy/metrics" |
 		sed -n 's/^kubelet_pod_start_sli_duration_seconds_bucket{le="\([^"]*\)"} \([0-9.e+]*\)$/\1 \2/p'
+}
+
+# Where a node's kubelet spent the time, "name seconds" per line: the sums of its waits on the
+# runtime (every CRI call, all operation types) and on its own client-side API rate limiter
+# (kubeAPIQPS), and its pod workers' syncs.
+waits() {
+	kubectl get --raw "/api/v1/nodes/$1/proxy/metrics" | awk '
+		/^kubelet_runtime_operations_duration_seconds_sum/ { runtime += $NF }
+		/^rest_client_rate_limiter_duration_seconds_sum/ { limiter += $NF }
+		/^kubelet_pod_worker_duration_seconds_sum/ { worker += $NF }
+		END { printf "runtime %f\nlimiter %f\nworker %f\n", runtime, limiter, worker }'
 }
 
 # quantiles BEFORE AFTER: p50 and p99 (seconds) of the observations between two scrapes.
@@ -102,6 +114,7 @@ for i in 1 2; do
 			        imagePullPolicy: IfNotPresent
 		EOF
 		buckets "$node" >"$work/before"
+		waits "$node" >"$work/waits-before"
 		t0=$(date +%s.%N)
 		kubectl scale deployment "$name" --replicas "$pods" >/dev/null
 		deadline=$((SECONDS + 600))
@@ -119,6 +132,8 @@ for i in 1 2; do
 			sleep 0.2
 		done
 		t2=$(date +%s.%N)
+		waits "$node" >"$work/waits-after"
+		read -r on_runtime on_limiter in_workers < <(awk 'NR == FNR { b[$1] = $2; next } { printf "%s ", $2 - b[$1] } END { print "" }' "$work/waits-before" "$work/waits-after")
 		kubectl scale deployment "$name" --replicas 0 >/dev/null
 		deadline=$((SECONDS + 600))
 		until [[ -z $(kubectl get pods -l "app=$name" -o name) ]]; do
@@ -131,6 +146,8 @@ for i in 1 2; do
 		gone=$(awk "BEGIN {print $t3 - $t2}")
 		printf '%-15s round %d: %d pods Ready in %.1f s; pod_start_sli over %d pods: p50 %.2f s, p99 %.2f s; scaled to 0, all gone in %.1f s\n' \
 			"$runtime" "$r" "$pods" "$ready" "$seen" "$p50" "$p99" "$gone"
+		printf '%-15s          the kubelet waited %.1f s on the runtime (all CRI calls, %.0f ms per pod), %.1f s on its API rate limiter; its pod workers synced for %.1f s\n' \
+			"" "$on_runtime" "$(awk "BEGIN {print $on_runtime * 1000 / $pods}")" "$on_limiter" "$in_workers"
 		results[$i,$r]="$ready $p50 $p99 $gone"
 	done
 done
