@@ -1518,10 +1518,13 @@ async fn an_aborted_pull_keeps_the_layers_it_finished() {
         .root
         .join("snapshots")
         .join(done_digest.trim_start_matches("sha256:"));
+    // Committed off the cancelled pull's task: in place, then recorded, then this line.
+    let kept = "kept the layers a cancelled pull finished";
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !snapshot.join("fs").is_dir() && std::time::Instant::now() < deadline {
+    while !daemon.log().contains(kept) && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(daemon.log().contains(kept), "{}", daemon.log());
     assert!(
         snapshot.join("fs").is_dir(),
         "the finished layer's snapshot is not in place"

@@ -464,11 +464,13 @@ impl Drop for UnpackedLayers {
         if layers.is_empty() {
             return;
         }
-        let (snapshots, store) = (self.snapshots.clone(), self.store.clone());
-        let commit = move || {
-            if let Err(e) = Self::put_in_place(&snapshots, &store, layers) {
-                tracing::warn!(error = %e, "committing the layers a cancelled pull unpacked");
-            }
+        let (snapshots, store, count) = (self.snapshots.clone(), self.store.clone(), layers.len());
+        let commit = move || match Self::put_in_place(&snapshots, &store, layers) {
+            Ok(()) => tracing::info!(
+                layers = count,
+                "kept the layers a cancelled pull finished: a retry does not download them again"
+            ),
+            Err(e) => tracing::warn!(error = %e, "committing the layers a cancelled pull unpacked"),
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn_blocking(commit)),
