@@ -33,6 +33,7 @@ packages=(
 	zlib1g
 	netcat-openbsd              # images/cluster.sh: the agnhost image's nc, curl, bash, ip, dig and
 	bind9-dnsutils              # nslookup (upstream's has them from alpine), with their libraries
+	python3                     # hack/test.sh, hack/cluster-bench.sh; the shim's checkpoint test names a process as libcontainer's init
 	strace                      # tests/containers.rs holds the daemon's store writes to cut a start at a set point
 	criu                        # CheckpointContainer (`criu check` fails on a kernel newer than it: tests check that answer)
 )
