@@ -7,6 +7,7 @@ mod common;
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::{kit, Daemon, Registry};
 use scute::api;
@@ -971,6 +972,50 @@ async fn embedded_pause_image_and_image_fs_info() {
     assert_eq!(
         status(&daemon, "registry.k8s.io/pause:3.10").await.unwrap().id,
         pause.id
+    );
+}
+
+/// An ImageFsInfo whose last walk is over 10 s old with nothing put in or taken out since is
+/// answered from that walk at once and walked again in the background: the bytes a pull in
+/// progress wrote meanwhile (a partial download here) show in a later answer. (Before, the
+/// caller waited for the walk: on a node with many images, a kubelet housekeeping call every
+/// 10 s waited for a walk of every image's files.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_image_fs_walk_is_answered_and_redone_in_the_background() {
+    let daemon = Daemon::start("");
+    let used = || async {
+        daemon
+            .images()
+            .await
+            .image_fs_info(api::ImageFsInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .image_filesystems[0]
+            .used_bytes
+            .as_ref()
+            .unwrap()
+            .value
+    };
+    let before = used().await;
+    // What a download in progress writes: bytes no change count knows of.
+    let partial = daemon.root.join("content/ingest/an-image-fs-test-partial");
+    std::fs::write(&partial, vec![7u8; 1 << 20]).unwrap();
+    assert_eq!(used().await, before, "a fresh walk is reused");
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    assert_eq!(used().await, before, "the old walk's figure, answered at once");
+    let mut after = before;
+    for _ in 0..100 {
+        after = used().await;
+        if after != before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&partial).unwrap();
+    assert!(
+        after >= before + (1 << 20),
+        "{before} -> {after}: the background walk never landed"
     );
 }
 

@@ -126,8 +126,10 @@ pub struct ImageManager {
     snapshots_root: PathBuf,
     held_snapshots: HeldSnapshots,
     /// The last walk of the two trees (ImageFsInfo), reused while nothing was put in or taken
-    /// out and for at most [`USAGE_MAX_AGE`].
-    usage: std::sync::Mutex<Option<UsageSample>>,
+    /// out; older than [`USAGE_MAX_AGE`], it is walked again in the background.
+    usage: Arc<std::sync::Mutex<Option<UsageSample>>>,
+    /// A background walk is under way.
+    usage_refreshing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How long a walk of the image filesystem is reused while no blob or snapshot came or went
@@ -184,7 +186,8 @@ impl ImageManager {
             content_root,
             snapshots_root,
             held_snapshots: config.held_snapshots,
-            usage: std::sync::Mutex::new(None),
+            usage: Default::default(),
+            usage_refreshing: Default::default(),
         })
     }
 
@@ -404,30 +407,68 @@ impl ImageManager {
     }
 
     /// Bytes and inodes used by the image filesystem (content + snapshots). A walk of both trees,
-    /// reused while no blob or snapshot came or went, for up to [`USAGE_MAX_AGE`]: every crictl
-    /// command asks once (the CRI client's connection check is an ImageFsInfo) and the kubelet
-    /// every few seconds, and the walk visits every file of every image.
+    /// reused while no blob or snapshot came or went: every crictl command asks once (the CRI
+    /// client's connection check is an ImageFsInfo) and the kubelet every few seconds, and the
+    /// walk visits every file of every image. After a change the answer walks at once (a pull or
+    /// a removal shows in the next answer); a sample older than [`USAGE_MAX_AGE`] with no change
+    /// (only a pull in progress adds to the trees meanwhile) is answered and walked again in the
+    /// background, so no caller waits for a walk but the first after a change.
     pub fn usage(&self) -> (u64, u64) {
         // Read before the walk: a change during it makes the next call walk again.
         let changes = (self.content.changes(), self.snapshots.changes());
-        let lock = || self.usage.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sample) = lock().as_ref() {
-            if sample.changes == changes && sample.taken.elapsed() < USAGE_MAX_AGE {
-                return (sample.bytes, sample.inodes);
+        let last = self
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|sample| sample.changes == changes)
+            .map(|sample| (sample.bytes, sample.inodes, sample.taken.elapsed()));
+        match last {
+            Some((bytes, inodes, age)) if age < USAGE_MAX_AGE => (bytes, inodes),
+            Some((bytes, inodes, _)) => {
+                self.refresh_usage_in_background(changes);
+                (bytes, inodes)
             }
+            None => walk_usage(&self.content_root, &self.snapshots_root, changes, &self.usage),
         }
-        let taken = std::time::Instant::now();
-        let (b1, i1) = scute_sys::files::dir_usage(&self.content_root);
-        let (b2, i2) = scute_sys::files::dir_usage(&self.snapshots_root);
-        let (bytes, inodes) = (b1 + b2, i1 + i2);
-        *lock() = Some(UsageSample {
-            changes,
-            taken,
-            bytes,
-            inodes,
-        });
-        (bytes, inodes)
     }
+
+    fn refresh_usage_in_background(&self, changes: (u64, u64)) {
+        use std::sync::atomic::Ordering;
+        if self.usage_refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (content, snapshots) = (self.content_root.clone(), self.snapshots_root.clone());
+        let (usage, refreshing) = (self.usage.clone(), self.usage_refreshing.clone());
+        let spawned = std::thread::Builder::new().name("scute-usage".into()).spawn(move || {
+            walk_usage(&content, &snapshots, changes, &usage);
+            refreshing.store(false, Ordering::Release);
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "starting the image filesystem's usage walk");
+            self.usage_refreshing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Walks the content store and the snapshots, and keeps the figures as seen at `changes`.
+fn walk_usage(
+    content: &Path,
+    snapshots: &Path,
+    changes: (u64, u64),
+    usage: &std::sync::Mutex<Option<UsageSample>>,
+) -> (u64, u64) {
+    let taken = std::time::Instant::now();
+    let (b1, i1) = scute_sys::files::dir_usage(content);
+    let (b2, i2) = scute_sys::files::dir_usage(snapshots);
+    let (bytes, inodes) = (b1 + b2, i1 + i2);
+    *usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(UsageSample {
+        changes,
+        taken,
+        bytes,
+        inodes,
+    });
+    (bytes, inodes)
 }
 
 /// A layer lock held by a pull; its holder entry goes before the lock does.
