@@ -924,15 +924,7 @@ async fn embedded_pause_image_and_image_fs_info() {
     let binary = std::fs::metadata(dirs[0].join("pause")).unwrap();
     assert_eq!(binary.mode() & 0o777, 0o755);
 
-    let fs_info = || async {
-        daemon
-            .images()
-            .await
-            .image_fs_info(api::ImageFsInfoRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-    };
+    let fs_info = || image_fs_info(&daemon);
     let before = fs_info().await;
     let usage = &before.image_filesystems[0];
     assert!(usage
@@ -975,6 +967,16 @@ async fn embedded_pause_image_and_image_fs_info() {
     );
 }
 
+async fn image_fs_info(daemon: &Daemon) -> api::ImageFsInfoResponse {
+    daemon
+        .images()
+        .await
+        .image_fs_info(api::ImageFsInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// An ImageFsInfo whose last walk is over 10 s old with nothing put in or taken out since is
 /// answered from that walk at once and walked again in the background: the bytes a pull in
 /// progress wrote meanwhile (a partial download here) show in a later answer. (Before, the
@@ -984,16 +986,8 @@ async fn embedded_pause_image_and_image_fs_info() {
 async fn an_old_image_fs_walk_is_answered_and_redone_in_the_background() {
     let daemon = Daemon::start("");
     let used = || async {
-        daemon
-            .images()
-            .await
-            .image_fs_info(api::ImageFsInfoRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .image_filesystems[0]
+        image_fs_info(&daemon).await.image_filesystems[0]
             .used_bytes
-            .as_ref()
             .unwrap()
             .value
     };

@@ -30,6 +30,22 @@ pub fn kill_file(id: &str, pid: i32) -> Option<PathBuf> {
     file.is_file().then_some(file)
 }
 
+/// SIGKILLs every process of container `id` (init `pid`) with one write to its own cgroup's
+/// `cgroup.kill`. False when there is none (not pure cgroup v2, not its own cgroup) or the write
+/// failed (logged): the caller signals them another way.
+pub fn kill_all(id: &str, pid: i32) -> bool {
+    let Some(file) = kill_file(id, pid) else {
+        return false;
+    };
+    match std::fs::write(&file, "1") {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(id, file = %file.display(), error = %e, "cgroup.kill failed; signalling each process");
+            false
+        }
+    }
+}
+
 /// The unified cgroup path in /proc/<pid>/cgroup text, if its last component is one of `names`.
 fn named_cgroup<'a>(proc_cgroup: &'a str, names: &[String]) -> Option<&'a str> {
     let path = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;

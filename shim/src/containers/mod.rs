@@ -548,15 +548,8 @@ impl Containers {
         }
         let stopped = matches!(entry.status, Status::Stopped(_));
         entry.sigkill_sent |= sig == libc::SIGKILL;
-        if all && sig == libc::SIGKILL && !stopped {
-            if let Some(file) = crate::cgroup_v2::kill_file(id, entry.pid) {
-                match std::fs::write(&file, "1") {
-                    Ok(()) => return Ok(()),
-                    Err(e) => {
-                        tracing::warn!(id, file = %file.display(), error = %e, "cgroup.kill failed; signalling each process")
-                    }
-                }
-            }
+        if all && sig == libc::SIGKILL && !stopped && crate::cgroup_v2::kill_all(id, entry.pid) {
+            return Ok(());
         }
         if all && !stopped {
             // On cgroup v1, through the container's freezer cgroup, as libcontainer would.
@@ -613,13 +606,8 @@ impl Containers {
             entry.sigkill_sent = true;
             let pid = entry.pid;
             // On pure cgroup v2 one write to its cgroup.kill, as `kill` does.
-            let by_cgroup_kill = crate::cgroup_v2::kill_file(id, pid).is_some_and(|file| {
-                std::fs::write(&file, "1")
-                    .inspect_err(|e| tracing::warn!(id, file = %file.display(), error = %e, "cgroup.kill failed"))
-                    .is_ok()
-            });
             let killed = match v1_freezer_dir(&dir) {
-                _ if by_cgroup_kill => Ok(()),
+                _ if crate::cgroup_v2::kill_all(id, pid) => Ok(()),
                 Some(cgroup) => {
                     crate::cgroup_v1::signal_all(&cgroup, libc::SIGKILL).map_err(|e| ApiError::internal(e.to_string()))
                 }
