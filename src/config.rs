@@ -59,6 +59,9 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct RuntimeConfig {
     pub cgroup_driver: CgroupDriver,
+    /// How many RunPodSandbox calls make their pod at once, the rest waiting in arrival order;
+    /// 0: one per CPU (see `sandbox_starts`).
+    pub max_parallel_sandbox_starts: u32,
     /// Handler name → its defaults (RuntimeClass handlers).
     pub handlers: std::collections::BTreeMap<String, HandlerConfig>,
 }
@@ -83,6 +86,16 @@ pub enum DefaultSeccomp {
 pub enum CgroupDriver {
     Cgroupfs,
     Systemd,
+}
+
+impl RuntimeConfig {
+    /// `max_parallel_sandbox_starts` with 0 made the node's CPU count.
+    pub fn sandbox_starts(&self) -> usize {
+        match self.max_parallel_sandbox_starts {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n as usize,
+        }
+    }
 }
 
 impl fmt::Display for CgroupDriver {

@@ -14,6 +14,7 @@ pub mod admin_api {
     tonic::include_proto!("scute.admin.v1");
 }
 
+pub mod blocking;
 pub mod cdi;
 pub mod cgroups;
 pub mod check;

@@ -420,6 +420,80 @@ async fn timed_out_creates_are_handed_to_the_retry() {
     eprintln!("retry test took {:?}", started.elapsed());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pod starts take turns (`runtime.max_parallel_sandbox_starts`), and a stuck one lets the next by.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_starts_take_turns_and_a_stuck_one_lets_the_next_by() {
+    let parent = CgroupParent::new("turns");
+    let base = common::pod::pod_full(
+        "turnsbase",
+        Some(vec![]),
+        "[runtime]\nmax_parallel_sandbox_starts = 1\n",
+        "",
+    )
+    .await;
+    let daemon = &base.daemon;
+    let _log = LogOnFailure::of(daemon);
+    let gate = tempfile::tempdir().unwrap();
+    gate_cni_adds(&base, gate.path());
+    std::fs::write(gate.path().join("hold"), "").unwrap();
+
+    // The first start holds the one turn, stuck in its CNI ADD.
+    let stuck = pod_config("stuck", &parent, base.logs.path(), false);
+    let first = tokio::spawn({
+        let (daemon_socket, stuck) = (daemon.socket.clone(), stuck.clone());
+        async move {
+            let mut runtime =
+                scute::api::runtime_service_client::RuntimeServiceClient::new(common::connect(&daemon_socket).await);
+            runtime
+                .run_pod_sandbox(api::RunPodSandboxRequest {
+                    config: Some(stuck),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .map(|r| r.into_inner().pod_sandbox_id)
+        }
+    });
+    eventually("the first start's CNI ADD", || async {
+        gate.path().join("started").exists().then_some(())
+    })
+    .await;
+
+    // The next (on the host network: no ADD) waits for that turn, which the stuck start gives up
+    // after a second, and is made while the first is still stuck.
+    let next = run_pod(daemon, &pod_config("next", &parent, base.logs.path(), true), None)
+        .await
+        .unwrap();
+    assert!(
+        !first.is_finished(),
+        "the stuck start answered before its ADD was let go"
+    );
+    let log = daemon.log();
+    let lines: Vec<&str> = log.lines().collect();
+    let gave_up = lines
+        .iter()
+        .position(|l| l.contains("the next start goes ahead"))
+        .expect("the stuck start gave up its turn");
+    assert!(lines[gave_up].contains("stuck"), "{}", lines[gave_up]);
+    let next_ready = lines
+        .iter()
+        .position(|l| l.contains(&next) && l.contains("pod sandbox ready"))
+        .expect("the next pod's ready line");
+    assert!(
+        gave_up < next_ready,
+        "the next pod was made before the stuck one gave up its turn:\n{log}"
+    );
+
+    std::fs::remove_file(gate.path().join("hold")).unwrap();
+    first.await.unwrap().unwrap();
+    for id in daemon.pods().await.into_iter().map(|p| p.id) {
+        remove_pod(daemon, &id).await;
+    }
+    assert_nothing_left(daemon, &parent, Some(&bridge_of(&base)));
+    assert_eq!(panics_in(daemon), Vec::<String>::new());
+}
+
 /// Puts a gate before the test network's bridge plugin: while `dir/hold` exists, a CNI ADD
 /// touches `dir/started` and waits. (The plugin's dir, `<daemon dir>/cni-bin`, is searched first.)
 fn gate_cni_adds(base: &Pod, dir: &Path) {

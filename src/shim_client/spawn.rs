@@ -34,8 +34,8 @@ impl ShimClient {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let child = cmd
-            .spawn()
+        // A fork waits while another process moves between cgroups (libcontainer's, under a burst).
+        let child = crate::blocking::run(|| cmd.spawn())
             .map_err(|e| ShimError::Start(format!("{}: {e}", opts.shim_binary.display())))?;
         // The process we started forks the real shim and exits once that one listens (0) or
         // failed (1, reason on stderr). A specific-pid wait on a blocking thread: tokio's child

@@ -9,7 +9,8 @@
 //! kubelet builds them) are reserved in a separate table in the same transaction as the record,
 //! so a name can never point at a record that doesn't exist.
 //!
-//! All calls are synchronous and may fsync: async callers run writes in `spawn_blocking`.
+//! All calls are synchronous; a write waits for its fsync (and for the writes before it), so it
+//! runs through [`crate::blocking::run`], which keeps an async caller's worker free for others.
 //!
 //! Reads come from a cache of decoded records (see [`Cache`]): decoding JSON was most of what
 //! ListContainers and ListPodSandbox cost with 1000 records (issue 21).
@@ -266,12 +267,14 @@ impl Store {
             id: record.id().to_string(),
             source,
         })?;
-        let _writes = lock(&self.cache.writes);
-        let tx = self.db.begin_write()?;
-        tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
-        tx.commit()?;
-        self.cached_write::<R>(record.id(), Some(&bytes));
-        Ok(())
+        crate::blocking::run(|| {
+            let _writes = lock(&self.cache.writes);
+            let tx = self.db.begin_write()?;
+            tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
+            tx.commit()?;
+            self.cached_write::<R>(record.id(), Some(&bytes));
+            Ok(())
+        })
     }
 
     /// Reserves `name` for the record and inserts it, in one transaction. Retrying with the same
@@ -282,30 +285,32 @@ impl Store {
             id: record.id().to_string(),
             source,
         })?;
-        let _writes = lock(&self.cache.writes);
-        let tx = self.db.begin_write()?;
-        {
-            let mut names = tx.open_table(NAMES)?;
-            let key = R::KIND.name_key(name);
-            let holder = names.get(key.as_str())?.map(|v| v.value().to_string());
-            match holder {
-                Some(holder) if holder != record.id() => {
-                    return Err(Error::NameTaken {
-                        kind: R::KIND,
-                        name: name.to_string(),
-                        holder,
-                    });
+        crate::blocking::run(|| {
+            let _writes = lock(&self.cache.writes);
+            let tx = self.db.begin_write()?;
+            {
+                let mut names = tx.open_table(NAMES)?;
+                let key = R::KIND.name_key(name);
+                let holder = names.get(key.as_str())?.map(|v| v.value().to_string());
+                match holder {
+                    Some(holder) if holder != record.id() => {
+                        return Err(Error::NameTaken {
+                            kind: R::KIND,
+                            name: name.to_string(),
+                            holder,
+                        });
+                    }
+                    Some(_) => {}
+                    None => {
+                        names.insert(key.as_str(), record.id())?;
+                    }
                 }
-                Some(_) => {}
-                None => {
-                    names.insert(key.as_str(), record.id())?;
-                }
+                tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
             }
-            tx.open_table(R::KIND.table())?.insert(record.id(), bytes.as_slice())?;
-        }
-        tx.commit()?;
-        self.cached_write::<R>(record.id(), Some(&bytes));
-        Ok(())
+            tx.commit()?;
+            self.cached_write::<R>(record.id(), Some(&bytes));
+            Ok(())
+        })
     }
 
     pub fn get<R: Record>(&self, id: &str) -> Result<Option<R>> {
@@ -369,23 +374,25 @@ impl Store {
     /// Deletes a record and releases its name (if it holds one). Deleting an absent record is
     /// not an error: Remove RPCs are idempotent. Returns whether a record was deleted.
     pub fn delete<R: Record>(&self, id: &str, name: Option<&str>) -> Result<bool> {
-        let _writes = lock(&self.cache.writes);
-        let tx = self.db.begin_write()?;
-        let existed = {
-            let existed = tx.open_table(R::KIND.table())?.remove(id)?.is_some();
-            if let Some(name) = name {
-                let mut names = tx.open_table(NAMES)?;
-                let key = R::KIND.name_key(name);
-                let held_by_id = names.get(key.as_str())?.is_some_and(|v| v.value() == id);
-                if held_by_id {
-                    names.remove(key.as_str())?;
+        crate::blocking::run(|| {
+            let _writes = lock(&self.cache.writes);
+            let tx = self.db.begin_write()?;
+            let existed = {
+                let existed = tx.open_table(R::KIND.table())?.remove(id)?.is_some();
+                if let Some(name) = name {
+                    let mut names = tx.open_table(NAMES)?;
+                    let key = R::KIND.name_key(name);
+                    let held_by_id = names.get(key.as_str())?.is_some_and(|v| v.value() == id);
+                    if held_by_id {
+                        names.remove(key.as_str())?;
+                    }
                 }
-            }
-            existed
-        };
-        tx.commit()?;
-        self.cached_write::<R>(id, None);
-        Ok(existed)
+                existed
+            };
+            tx.commit()?;
+            self.cached_write::<R>(id, None);
+            Ok(existed)
+        })
     }
 
     /// The ID holding `name`, if any.
@@ -439,11 +446,13 @@ impl Store {
             key: key.to_string(),
             source,
         })?;
-        let tx = self.db.begin_write()?;
-        tx.open_table(META)?
-            .insert(format!("setting/{key}").as_str(), bytes.as_slice())?;
-        tx.commit()?;
-        Ok(())
+        crate::blocking::run(|| {
+            let tx = self.db.begin_write()?;
+            tx.open_table(META)?
+                .insert(format!("setting/{key}").as_str(), bytes.as_slice())?;
+            tx.commit()?;
+            Ok(())
+        })
     }
 
     pub fn get_setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {

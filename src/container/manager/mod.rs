@@ -460,49 +460,51 @@ impl ContainerManager {
         }
         // Mounted for what the spec reads from the image (its users, where its symlinks lead),
         // unmounted again at the end: StartContainer mounts them for the process.
-        let staged = self.mount_views(record, config, userns.as_ref(), sandbox.pause_pid)?;
-        let config = staged.as_ref().unwrap_or(config);
-        let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
-            .map_err(failed("settling the image's /dev, /proc and /sys"))?;
-        for what in replaced {
-            tracing::warn!(container = %record.id, image = %image.id, "in the image, {what}: replaced by a directory in the container's layer");
-        }
-        let cdi_devices = CdiRegistry::requested(&config.cdi_devices, &config.annotations)?;
-        let mut spec = container_spec(&ContainerSpec {
-            id: &record.id,
-            config,
-            sandbox: sandbox_config,
-            image: &image.config,
-            rootfs: rootfs.clone(),
-            pause_pid: sandbox.pause_pid,
-            sandbox_dir: self.sandboxes.sandbox_dir(&sandbox.id),
-            host_network: ns.network() == api::NamespaceMode::Node,
-            host_ipc: ns.ipc() == api::NamespaceMode::Node,
-            host_pid: ns.pid() == api::NamespaceMode::Node,
-            userns,
-            cgroups_path: record.cgroups_path.clone(),
-            oom_score_adj_floor: clamp_oom_score_adj(-1000),
-            host: &self.host,
-        })?;
-        // Last, as containerd's WithCDI: a vendor's edits win over what the request built.
-        if !cdi_devices.is_empty() {
-            self.cdi.inject(&mut spec, &cdi_devices, userns.is_some())?;
-            check_cdi_ids(&spec, userns.as_ref())?;
-            tracing::info!(container = %record.id, devices = %cdi_devices.join(","), "CDI devices injected");
-        }
-        if let Some(user) = spec.process().as_ref().map(|p| p.user()) {
-            let mut groups = vec![user.gid()];
-            groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
-            record.user = Some((user.uid(), user.gid(), groups));
-        }
-        bind_sources::refuse_binds_into_procfs(&spec, &rootfs).map_err(ContainerError::FailedPrecondition)?;
-        files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
-        if !record.log_path.is_empty() {
-            if let Some(parent) = std::path::Path::new(&record.log_path).parent() {
-                std::fs::create_dir_all(parent).map_err(failed("creating the log directory"))?;
+        crate::blocking::run(|| -> Result<(), ContainerError> {
+            let staged = self.mount_views(record, config, userns.as_ref(), sandbox.pause_pid)?;
+            let config = staged.as_ref().unwrap_or(config);
+            let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
+                .map_err(failed("settling the image's /dev, /proc and /sys"))?;
+            for what in replaced {
+                tracing::warn!(container = %record.id, image = %image.id, "in the image, {what}: replaced by a directory in the container's layer");
             }
-        }
-        release::unmount_views(&dir)?;
+            let cdi_devices = CdiRegistry::requested(&config.cdi_devices, &config.annotations)?;
+            let mut spec = container_spec(&ContainerSpec {
+                id: &record.id,
+                config,
+                sandbox: sandbox_config,
+                image: &image.config,
+                rootfs: rootfs.clone(),
+                pause_pid: sandbox.pause_pid,
+                sandbox_dir: self.sandboxes.sandbox_dir(&sandbox.id),
+                host_network: ns.network() == api::NamespaceMode::Node,
+                host_ipc: ns.ipc() == api::NamespaceMode::Node,
+                host_pid: ns.pid() == api::NamespaceMode::Node,
+                userns,
+                cgroups_path: record.cgroups_path.clone(),
+                oom_score_adj_floor: clamp_oom_score_adj(-1000),
+                host: &self.host,
+            })?;
+            // Last, as containerd's WithCDI: a vendor's edits win over what the request built.
+            if !cdi_devices.is_empty() {
+                self.cdi.inject(&mut spec, &cdi_devices, userns.is_some())?;
+                check_cdi_ids(&spec, userns.as_ref())?;
+                tracing::info!(container = %record.id, devices = %cdi_devices.join(","), "CDI devices injected");
+            }
+            if let Some(user) = spec.process().as_ref().map(|p| p.user()) {
+                let mut groups = vec![user.gid()];
+                groups.extend(user.additional_gids().iter().flatten().filter(|g| **g != user.gid()));
+                record.user = Some((user.uid(), user.gid(), groups));
+            }
+            bind_sources::refuse_binds_into_procfs(&spec, &rootfs).map_err(ContainerError::FailedPrecondition)?;
+            files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
+            if !record.log_path.is_empty() {
+                if let Some(parent) = std::path::Path::new(&record.log_path).parent() {
+                    std::fs::create_dir_all(parent).map_err(failed("creating the log directory"))?;
+                }
+            }
+            release::unmount_views(&dir)
+        })?;
         record.deferred = true;
         Ok(())
     }

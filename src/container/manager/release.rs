@@ -40,7 +40,7 @@ impl ContainerManager {
         if !self.rootfs_mounted(record) {
             // A start that failed before the rootfs was mounted may have mounted the image
             // volumes' views (mounted first): no shim holds them.
-            if let Err(e) = unmount_views(&self.dir(&record.id)) {
+            if let Err(e) = crate::blocking::run(|| unmount_views(&self.dir(&record.id))) {
                 tracing::warn!(container = %record.id, error = %e, "unmounting a failed start's views; RemoveContainer tries again");
             }
             return;
@@ -83,7 +83,7 @@ impl ContainerManager {
             }
             None => {}
         }
-        unmount_views(&self.dir(&record.id))
+        crate::blocking::run(|| unmount_views(&self.dir(&record.id)))
     }
 
     pub(super) fn rootfs_mounted(&self, record: &ContainerRecord) -> bool {
@@ -99,7 +99,7 @@ impl ContainerManager {
             false => None,
         };
         self.release(shim.as_deref(), record).await?;
-        match std::fs::remove_dir_all(self.dir(&record.id)) {
+        match crate::blocking::run(|| std::fs::remove_dir_all(self.dir(&record.id))) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed("removing the container directory")(e)),
             _ => Ok(()),
         }

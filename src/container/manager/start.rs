@@ -153,21 +153,23 @@ impl ContainerManager {
         // shim may hold a part only once the rootfs is mounted (the last view mounted).
         match self.rootfs_mounted(record) {
             true => self.release(Some(&shim), record).await?,
-            false => release::unmount_views(&self.dir(&record.id))?,
+            false => crate::blocking::run(|| release::unmount_views(&self.dir(&record.id)))?,
         }
         let config = record.config();
         let userns = sandbox.user_namespace();
-        self.mount_views(record, &config, userns.as_ref(), sandbox.pause_pid)?;
         let dir = self.dir(&record.id);
         let bundle = dir.join("bundle");
-        let spec = oci_spec::runtime::Spec::load(bundle.join("config.json"))
-            .map_err(|e| ContainerError::Failed(format!("reading the container's bundle: {e}")))?;
-        let cri_destinations: Vec<String> = config
-            .mounts
-            .iter()
-            .map(|m| crate::oci::clean_absolute(&m.container_path))
-            .collect();
-        let bind_sources = BindSources::pin(&spec, &cri_destinations).map_err(ContainerError::FailedPrecondition)?;
+        let bind_sources = crate::blocking::run(|| -> Result<BindSources, ContainerError> {
+            self.mount_views(record, &config, userns.as_ref(), sandbox.pause_pid)?;
+            let spec = oci_spec::runtime::Spec::load(bundle.join("config.json"))
+                .map_err(|e| ContainerError::Failed(format!("reading the container's bundle: {e}")))?;
+            let cri_destinations: Vec<String> = config
+                .mounts
+                .iter()
+                .map(|m| crate::oci::clean_absolute(&m.container_path))
+                .collect();
+            BindSources::pin(&spec, &cri_destinations).map_err(ContainerError::FailedPrecondition)
+        })?;
         record.pid = shim
             .create_container_with(
                 &record.id,

@@ -619,8 +619,8 @@ impl CniManager {
             message,
         };
         let input = serde_json::to_vec(stdin).expect("JSON values serialize");
-        let mut child = cmd
-            .spawn()
+        // A fork waits while another process moves between cgroups (libcontainer's, under a burst).
+        let mut child = crate::blocking::run(|| cmd.spawn())
             .map_err(|e| failed(format!("cannot run {}: {e}", binary.display())))?;
         let mut pipe = child.stdin.take().expect("stdin is piped");
         let run = async move {

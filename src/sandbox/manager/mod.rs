@@ -20,8 +20,9 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 
 pub use pause::clamp_oom_score_adj;
 
@@ -112,7 +113,15 @@ pub struct SandboxManager {
     pub(super) pod_containers: PodContainers,
     /// The exits the shims push, for stops waiting on one.
     pub exit_notices: ExitNotices,
+    /// Turns for RunPodSandbox (`runtime.max_parallel_sandbox_starts`), handed out in arrival
+    /// order (tokio's semaphore is fair).
+    starts: Arc<Semaphore>,
 }
+
+/// How long a start holds its turn: a pod start on a busy node takes a tenth of that; one
+/// still going waits on something (a CNI plugin's IPAM, the sandbox image's pull), not for the
+/// CPUs, and must not hold up the pods behind it.
+const START_TURN: Duration = Duration::from_secs(1);
 
 impl SandboxManager {
     pub fn new(
@@ -125,7 +134,6 @@ impl SandboxManager {
     ) -> SandboxManager {
         let cni = CniManager::new(&config.cni, &config.state);
         SandboxManager {
-            config,
             store,
             images,
             cni,
@@ -138,6 +146,8 @@ impl SandboxManager {
             events,
             pod_containers,
             exit_notices: ExitNotices::default(),
+            starts: Arc::new(Semaphore::new(config.runtime.sandbox_starts())),
+            config,
         }
     }
 
@@ -208,7 +218,7 @@ impl SandboxManager {
                     let metadata = config.metadata.clone().unwrap_or_default();
                     let name = sandbox_name(&metadata);
                     let _name_lock = manager.name_locks.lock(&name).await;
-                    let result = manager.run_named(&name, config, handler).await;
+                    let result = manager.in_turn(&name, manager.run_named(&name, config, handler)).await;
                     if let Some(id) = answer.send(result) {
                         match manager.unclaimed.keep::<SandboxRecord>(&manager.store, &id) {
                             Ok(()) => tracing::info!(sandbox = %id, "sandbox created after the caller gave up; kept for its retry"),
@@ -219,6 +229,26 @@ impl SandboxManager {
                 || SandboxError::Failed("sandbox creation task died".into()),
             )
             .await
+    }
+
+    /// Runs a pod start in its turn: with every pod of a scale-up started at once, the CPUs are
+    /// shared by all of them and all are ready late (each start then took seconds, against
+    /// tens of milliseconds alone); in turns, one per CPU, the first are ready soonest and the
+    /// last no later, and the kubelet's status calls meanwhile find the CPUs less busy.
+    async fn in_turn<T>(&self, name: &str, start: impl std::future::Future<Output = T>) -> T {
+        let turn = self.starts.acquire().await;
+        tokio::pin!(start);
+        tokio::select! {
+            done = &mut start => done,
+            _ = tokio::time::sleep(START_TURN) => {
+                drop(turn);
+                tracing::info!(
+                    sandbox_name = %name,
+                    "pod start still going after {START_TURN:?}: the next start goes ahead (runtime.max_parallel_sandbox_starts)"
+                );
+                start.await
+            }
+        }
     }
 
     /// Creates the sandbox `name` (its name lock held), or hands over an unclaimed one.
@@ -610,7 +640,7 @@ impl SandboxManager {
             tracing::warn!(sandbox = %record.id, error = %e, "detaching the pod network also failed");
         }
         pause?;
-        Ok(self.release_after_pause(record, how, network))
+        Ok(crate::blocking::run(|| self.release_after_pause(record, how, network)))
     }
 
     /// What a teardown releases once pause is stopped, given how the network's detach went.

@@ -44,72 +44,75 @@ impl SandboxManager {
                 .map(|u| u.nodename().to_string_lossy().into_owned())
                 .unwrap_or_default()
         };
-        files::write_atomic(&dir.join("hostname"), &format!("{hostname}\n")).map_err(failed("writing hostname"))?;
-        let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-        files::write_atomic(
-            &dir.join("resolv.conf"),
-            &files::resolv_conf(config.dns_config.as_ref(), &host_resolv),
-        )
-        .map_err(failed("writing resolv.conf"))?;
-        let host_ipc = ns.ipc() == api::NamespaceMode::Node;
-        let shm = if host_ipc {
-            PathBuf::from("/dev/shm")
-        } else {
-            let shm = dir.join("shm");
-            files::mount_shm(&shm, files::DEFAULT_SHM_SIZE).map_err(failed("mounting /dev/shm"))?;
-            shm
-        };
+        // The files, the mounts and the bundle block (a mount waits for the mount table's lock).
+        let bundle = crate::blocking::run(|| -> Result<PathBuf, SandboxError> {
+            files::write_atomic(&dir.join("hostname"), &format!("{hostname}\n")).map_err(failed("writing hostname"))?;
+            let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+            files::write_atomic(
+                &dir.join("resolv.conf"),
+                &files::resolv_conf(config.dns_config.as_ref(), &host_resolv),
+            )
+            .map_err(failed("writing resolv.conf"))?;
+            let host_ipc = ns.ipc() == api::NamespaceMode::Node;
+            let shm = if host_ipc {
+                PathBuf::from("/dev/shm")
+            } else {
+                let shm = dir.join("shm");
+                files::mount_shm(&shm, files::DEFAULT_SHM_SIZE).map_err(failed("mounting /dev/shm"))?;
+                shm
+            };
 
-        // The pause container: a read-only view of the image, a spec, a shim to run it.
-        let rootfs = dir.join("rootfs");
-        let lowers: Vec<PathBuf> = image
-            .layers
-            .iter()
-            .rev()
-            .map(|l| self.images.snapshots().fs_path(&l.chain_id))
-            .collect();
-        if userns.is_some() {
-            walkable_root(&self.config.root)?;
-            let dir = crate::cgroups::dir(&record.cgroups_path);
-            let parent = dir.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
-            walkable_cgroup_path(parent).map_err(failed("opening the pod's cgroup path to its user namespace"))?;
-        }
-        if let Some(pod) = &userns {
-            // pause's root (the pod's) makes its mount points at / of the read-only image view.
-            let upper = dir.join("upper");
-            std::fs::create_dir_all(&upper).map_err(failed("creating the sandbox's upper dir"))?;
-            std::os::unix::fs::chown(&upper, Some(pod.uids.host_id), Some(pod.gids.host_id))
-                .map_err(failed("handing the sandbox's upper dir to the pod's root"))?;
-        }
-        crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
-            .map_err(failed("mounting the sandbox image"))?;
-        // `image.sandbox_image` may name any image.
-        let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
-            .map_err(failed("settling the sandbox image's /dev, /proc and /sys"))?;
-        for what in replaced {
-            tracing::warn!(sandbox = %id, "in the sandbox image, {what}: replaced by a directory in the pod's layer");
-        }
-        let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
-        let spec = pause_spec(&SandboxSpec {
-            hostname: &hostname,
-            rootfs: rootfs.clone(),
-            netns: record.netns.clone(),
-            userns,
-            host_pid: ns.pid() == api::NamespaceMode::Node,
-            host_ipc,
-            shm,
-            cgroups_path: record.cgroups_path.clone(),
-            sysctls: &sysctls,
-            image: &image.config,
-            run_as_user: security.run_as_user.map(|v| v.value),
-            run_as_group: security.run_as_group.map(|v| v.value),
-            oom_score_adj: clamp_oom_score_adj(PAUSE_OOM_SCORE_ADJ),
-            annotations: BTreeMap::from([
-                ("io.kubernetes.cri.container-type".to_string(), "sandbox".to_string()),
-                ("io.kubernetes.cri.sandbox-id".to_string(), id.clone()),
-            ]),
+            // The pause container: a read-only view of the image, a spec, a shim to run it.
+            let rootfs = dir.join("rootfs");
+            let lowers: Vec<PathBuf> = image
+                .layers
+                .iter()
+                .rev()
+                .map(|l| self.images.snapshots().fs_path(&l.chain_id))
+                .collect();
+            if userns.is_some() {
+                walkable_root(&self.config.root)?;
+                let dir = crate::cgroups::dir(&record.cgroups_path);
+                let parent = dir.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
+                walkable_cgroup_path(parent).map_err(failed("opening the pod's cgroup path to its user namespace"))?;
+            }
+            if let Some(pod) = &userns {
+                // pause's root (the pod's) makes its mount points at / of the read-only image view.
+                let upper = dir.join("upper");
+                std::fs::create_dir_all(&upper).map_err(failed("creating the sandbox's upper dir"))?;
+                std::os::unix::fs::chown(&upper, Some(pod.uids.host_id), Some(pod.gids.host_id))
+                    .map_err(failed("handing the sandbox's upper dir to the pod's root"))?;
+            }
+            crate::snapshot::mount_overlay(&lowers, &dir.join("upper"), &dir.join("work"), &rootfs)
+                .map_err(failed("mounting the sandbox image"))?;
+            // `image.sandbox_image` may name any image.
+            let replaced = crate::snapshot::rootfs::settle_mount_points(&rootfs)
+                .map_err(failed("settling the sandbox image's /dev, /proc and /sys"))?;
+            for what in replaced {
+                tracing::warn!(sandbox = %id, "in the sandbox image, {what}: replaced by a directory in the pod's layer");
+            }
+            let sysctls: BTreeMap<String, String> = linux.sysctls.clone().into_iter().collect();
+            let spec = pause_spec(&SandboxSpec {
+                hostname: &hostname,
+                rootfs: rootfs.clone(),
+                netns: record.netns.clone(),
+                userns,
+                host_pid: ns.pid() == api::NamespaceMode::Node,
+                host_ipc,
+                shm,
+                cgroups_path: record.cgroups_path.clone(),
+                sysctls: &sysctls,
+                image: &image.config,
+                run_as_user: security.run_as_user.map(|v| v.value),
+                run_as_group: security.run_as_group.map(|v| v.value),
+                oom_score_adj: clamp_oom_score_adj(PAUSE_OOM_SCORE_ADJ),
+                annotations: BTreeMap::from([
+                    ("io.kubernetes.cri.container-type".to_string(), "sandbox".to_string()),
+                    ("io.kubernetes.cri.sandbox-id".to_string(), id.clone()),
+                ]),
+            })?;
+            files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))
         })?;
-        let bundle = files::write_bundle(&dir, &spec).map_err(failed("writing the bundle"))?;
 
         let shim = ShimClient::spawn(&SpawnOptions {
             sandbox_id: id.clone(),
