@@ -684,6 +684,59 @@ async fn command_args_and_env_merge_with_the_image() {
     pod.remove_all().await;
 }
 
+/// An image of 60 layers (Docker allows 127) runs: its rootfs overlay names its layers in fewer
+/// bytes than the one page mount(2) takes, which their absolute paths overflow (about 100 bytes
+/// each here), and the container sees the files of its lowest and highest layers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_of_sixty_layers_runs() {
+    let pod = pod("layers").await;
+    let work = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::repo_root().join("target"))
+        .join("images");
+    let (layers, layout) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut build = Command::new("flock");
+    build
+        .arg(work.join(".lock"))
+        .arg(common::imagekit())
+        .args(["build", "--rootfs"]);
+    build.arg(work.join("rootfs/busybox"));
+    for i in 1..60 {
+        let dir = layers.path().join(i.to_string());
+        std::fs::create_dir_all(dir.join("layers")).unwrap();
+        std::fs::write(dir.join("layers").join(i.to_string()), format!("{i}\n")).unwrap();
+        build.arg("--rootfs").arg(&dir);
+    }
+    let out = {
+        let _one_build = IMAGE_BUILD.lock().unwrap_or_else(|p| p.into_inner());
+        build
+            .arg("--out")
+            .arg(layout.path())
+            .output()
+            .expect("run scute-imagekit build")
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    common::kit(&[
+        "push",
+        "--layout",
+        layout.path().to_str().unwrap(),
+        "--to",
+        &format!("{}/scute-test/layers:60", pod.registry.addr),
+        "--plain-http",
+    ]);
+    let image = "registry.k8s.io/scute-test/layers:60";
+    pull(&pod.daemon, image).await;
+    let mut config = container("sixty", "cat /layers/1 /layers/59");
+    config.image = Some(api::ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    });
+    let out = pod.run_to_exit(config).await;
+    assert_eq!(out.status.exit_code, 0, "{}\n{}", out.log, pod.daemon.log());
+    assert_eq!(out.stdout, vec!["1", "59"]);
+    pod.remove_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_and_supplemental_groups() {
     let pod = pod("users").await;

@@ -230,7 +230,7 @@ impl Snapshotter {
 /// libcontainer creates the mount points (/proc, /dev, /sys) a minimal image lacks in the rootfs
 /// before it makes the root read-only, so even a read-only container needs an upper dir.
 pub fn mount_overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> io::Result<()> {
-    use nix::mount::{mount, MsFlags};
+    use nix::mount::MsFlags;
     if lowers.is_empty() {
         return Err(io::Error::other("an image with no layers has no root filesystem"));
     }
@@ -241,24 +241,71 @@ pub fn mount_overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Pat
     // with containerd, whatever the daemon's umask. The container's own dir keeps host users out.
     fs::set_permissions(upper, fs::Permissions::from_mode(0o755))
         .map_err(|e| io::Error::new(e.kind(), format!("setting mode 755 on {}: {e}", upper.display())))?;
-    let lowerdir = lowers
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    let data = format!(
+    let (Some(base), Some(upper_name), Some(work_name)) = (upper.parent(), upper.file_name(), work.file_name()) else {
+        return Err(io::Error::other(
+            "the upper and work dirs must be named inside a directory",
+        ));
+    };
+    if work.parent() != Some(base) {
+        return Err(io::Error::other("the upper and work dirs must be side by side"));
+    }
+    let lowerdir = link_lowers(base, lowers)?;
+    let options = format!(
         "lowerdir={lowerdir},upperdir={},workdir={}",
-        upper.display(),
-        work.display()
+        upper_name.to_string_lossy(),
+        work_name.to_string_lossy()
     );
-    mount(
-        Some("overlay"),
-        target,
-        Some("overlay"),
-        MsFlags::empty(),
-        Some(data.as_str()),
-    )
-    .map_err(io::Error::from)
+    mount_overlay_from(base, target, MsFlags::empty(), &options)
+}
+
+/// Links `<base>/l<N>` to the N-th of `lowers` and answers the overlay's `lowerdir` naming
+/// them (`l0:l1:…`), for `mount_overlay_from`. Made anew each time: a link is only ever read
+/// by the mount that follows.
+pub(crate) fn link_lowers(base: &Path, lowers: &[PathBuf]) -> io::Result<String> {
+    let mut names = Vec::with_capacity(lowers.len());
+    for (i, lower) in lowers.iter().enumerate() {
+        let name = format!("l{i}");
+        let link = base.join(&name);
+        match fs::remove_file(&link) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::os::unix::fs::symlink(lower, &link).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("linking {} to {}: {e}", link.display(), lower.display()),
+            )
+        })?;
+        names.push(name);
+    }
+    Ok(names.join(":"))
+}
+
+/// Mounts an overlay at `target` whose `options` name its layers relative to `base`, as
+/// containerd and Docker do: mount(2) takes one page of options, which absolute paths of some
+/// 40 layers overflow, and the mount table shows the options as given, which every reader of
+/// it prints and parses again (libcontainer's cgroup lookups read the whole table several times
+/// per container made; with 110 pods that printing was a tenth of a node's CPU). The working
+/// directory is the process's, so the mount runs on a thread with its own (`unshare(CLONE_FS)`).
+pub(crate) fn mount_overlay_from(
+    base: &Path,
+    target: &Path,
+    flags: nix::mount::MsFlags,
+    options: &str,
+) -> io::Result<()> {
+    let mounted = std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> nix::Result<()> {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)?;
+                nix::unistd::chdir(base)?;
+                nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(options))
+            })
+            .join()
+    });
+    match mounted {
+        Ok(result) => result.map_err(io::Error::from),
+        Err(_) => Err(io::Error::other("the thread mounting the overlay panicked")),
+    }
 }
 
 /// Unmounts a view; not mounted (or missing) is fine.

@@ -48,24 +48,15 @@ pub fn mount_readonly(lowers: &[PathBuf], dir: &Path, userns: Option<&File>) -> 
     if layers.len() == 1 {
         layers.push(empty);
     }
-    let lowerdir = layers
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    mount(
-        Some("overlay"),
+    // Named relative to `dir` (see `mount_overlay_from`).
+    let lowerdir = super::link_lowers(dir, &layers)?;
+    super::mount_overlay_from(
+        dir,
         &view,
-        Some("overlay"),
         MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("lowerdir={lowerdir}").as_str()),
+        &format!("lowerdir={lowerdir}"),
     )
-    .map_err(|e| {
-        io::Error::new(
-            io::Error::from(e).kind(),
-            format!("mounting the image view at {}: {e}", view.display()),
-        )
-    })?;
+    .map_err(|e| io::Error::new(e.kind(), format!("mounting the image view at {}: {e}", view.display())))?;
     Ok(view)
 }
 
