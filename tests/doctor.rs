@@ -48,16 +48,27 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Snapshot dirs no overlay mount under the daemon's dir uses (httpd's, here).
 fn unused_snapshots(daemon: &Daemon) -> Vec<PathBuf> {
+    // An overlay names its layers through links `l<N>` beside its mount point (docs/design.md):
+    // the layers of every overlay of this daemon mounted now.
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let used: String = mountinfo
+    let used: Vec<PathBuf> = mountinfo
         .lines()
-        .filter(|l| l.contains(daemon.dir().to_str().unwrap()) && l.contains("lowerdir="))
+        .filter(|l| l.contains(" - overlay "))
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mount_point| mount_point.starts_with(daemon.dir().to_str().unwrap()))
+        .filter_map(|mount_point| std::fs::read_dir(Path::new(mount_point).parent()?).ok())
+        .flat_map(|entries| entries.flatten())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.len() > 1 && name.starts_with('l') && name[1..].bytes().all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
         .collect();
     std::fs::read_dir(daemon.root.join("snapshots"))
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().len() == 64 && !used.contains(p.to_str().unwrap()))
+        .filter(|p| p.file_name().unwrap().len() == 64 && !used.iter().any(|u| u.starts_with(p)))
         .collect()
 }
 
