@@ -441,52 +441,46 @@ async fn pod_starts_take_turns_and_a_stuck_one_lets_the_next_by() {
 
     // The first start holds the one turn, stuck in its CNI ADD.
     let stuck = pod_config("stuck", &parent, base.logs.path(), false);
-    let first = tokio::spawn({
-        let (daemon_socket, stuck) = (daemon.socket.clone(), stuck.clone());
-        async move {
-            let mut runtime =
-                scute::api::runtime_service_client::RuntimeServiceClient::new(common::connect(&daemon_socket).await);
-            runtime
-                .run_pod_sandbox(api::RunPodSandboxRequest {
-                    config: Some(stuck),
-                    runtime_handler: String::new(),
-                })
-                .await
-                .map(|r| r.into_inner().pod_sandbox_id)
-        }
-    });
-    eventually("the first start's CNI ADD", || async {
-        gate.path().join("started").exists().then_some(())
-    })
-    .await;
+    let first_answered = std::sync::atomic::AtomicBool::new(false);
+    let first = async {
+        let answer = run_pod(daemon, &stuck, None).await;
+        first_answered.store(true, std::sync::atomic::Ordering::SeqCst);
+        answer
+    };
+    let rest = async {
+        eventually("the first start's CNI ADD", || async {
+            gate.path().join("started").exists().then_some(())
+        })
+        .await;
 
-    // The next (on the host network: no ADD) waits for that turn, which the stuck start gives up
-    // after a second, and is made while the first is still stuck.
-    let next = run_pod(daemon, &pod_config("next", &parent, base.logs.path(), true), None)
-        .await
-        .unwrap();
-    assert!(
-        !first.is_finished(),
-        "the stuck start answered before its ADD was let go"
-    );
-    let log = daemon.log();
-    let lines: Vec<&str> = log.lines().collect();
-    let gave_up = lines
-        .iter()
-        .position(|l| l.contains("the next start goes ahead"))
-        .expect("the stuck start gave up its turn");
-    assert!(lines[gave_up].contains("stuck"), "{}", lines[gave_up]);
-    let next_ready = lines
-        .iter()
-        .position(|l| l.contains(&next) && l.contains("pod sandbox ready"))
-        .expect("the next pod's ready line");
-    assert!(
-        gave_up < next_ready,
-        "the next pod was made before the stuck one gave up its turn:\n{log}"
-    );
-
-    std::fs::remove_file(gate.path().join("hold")).unwrap();
-    first.await.unwrap().unwrap();
+        // The next (on the host network: no ADD) waits for that turn, which the stuck start
+        // gives up after a second, and is made while the first is still stuck.
+        let next = run_pod(daemon, &pod_config("next", &parent, base.logs.path(), true), None)
+            .await
+            .unwrap();
+        assert!(
+            !first_answered.load(std::sync::atomic::Ordering::SeqCst),
+            "the stuck start answered before its ADD was let go"
+        );
+        let log = daemon.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let gave_up = lines
+            .iter()
+            .position(|l| l.contains("the next start goes ahead"))
+            .expect("the stuck start gave up its turn");
+        assert!(lines[gave_up].contains("stuck"), "{}", lines[gave_up]);
+        let next_ready = lines
+            .iter()
+            .position(|l| l.contains(&next) && l.contains("pod sandbox ready"))
+            .expect("the next pod's ready line");
+        assert!(
+            gave_up < next_ready,
+            "the next pod was made before the stuck one gave up its turn:\n{log}"
+        );
+        std::fs::remove_file(gate.path().join("hold")).unwrap();
+    };
+    let (first, ()) = tokio::join!(first, rest);
+    first.unwrap();
     for id in daemon.pods().await.into_iter().map(|p| p.id) {
         remove_pod(daemon, &id).await;
     }

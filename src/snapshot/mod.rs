@@ -259,8 +259,8 @@ pub fn mount_overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Pat
 }
 
 /// Links `<base>/l<N>` to the N-th of `lowers` and answers the overlay's `lowerdir` naming
-/// them (`l0:l1:…`), for `mount_overlay_from`. Made anew each time: a link is only ever read
-/// by the mount that follows.
+/// them (`l0:l1:…`), for `mount_overlay_from`. Made anew before each mount, which resolves
+/// them; they stay beside the mount point, saying which layers it stacks.
 pub(crate) fn link_lowers(base: &Path, lowers: &[PathBuf]) -> io::Result<String> {
     let mut names = Vec::with_capacity(lowers.len());
     for (i, lower) in lowers.iter().enumerate() {
