@@ -1,11 +1,12 @@
 //! Container lifecycle benchmark: latency of CreateContainer, StartContainer, StopContainer and
 //! RemoveContainer over N sequential cycles in one pod, the latency of ListContainers,
 //! ListPodSandbox, ListContainerStats and ListPodSandboxStats with 100 running containers in one
-//! pod and of `crictl ps -a` over them (crictl from SCUTE_TEST_TOOLS or PATH), then density: 110 pods (the kubelet's default maxPods) each running one container, all
+//! pod, then density: 110 pods (the kubelet's default maxPods) each running one container, all
 //! asked for at once, the time until the last container started, the per-pod shim RSS and the
 //! node's memory for the runtime (daemon + shims), then ListContainers and ListPodSandbox at scale
 //! (1000 created containers in one pod, 1000 stopped pods); printed side by side with containerd's
-//! CRI plugin (runc) when `containerd` and `runc` are on PATH.
+//! CRI plugin (runc) when `containerd` and `runc` are on PATH. Last, `crictl ps -a` over 100
+//! running containers (crictl from SCUTE_TEST_TOOLS or PATH) with every runtime up at once.
 //!
 //!   cargo bench --bench containers     (SCUTE_BENCH_CONTAINERS=N cycles, default 50; 3 without --bench;
 //!                                       SCUTE_BENCH_STATS_CONTAINERS=N, default 100; 5 without --bench;
@@ -35,8 +36,8 @@ use tonic::transport::Channel;
 
 /// Timed ListContainerStats / ListPodSandboxStats calls (after one untimed call each).
 const STATS_CALLS: usize = 20;
-/// `crictl ps -a` runs (processes) per runtime.
-const CRICTL_CALLS: usize = 20;
+/// Timed rounds of `crictl ps -a` and `crictl version` against each runtime in turn.
+const CRICTL_ROUNDS: usize = 60;
 /// Requests in flight while the objects of the lists-at-scale phase are made and removed (untimed).
 const SETUP_CONCURRENCY: usize = 8;
 // Daemon, registry and host-state helpers shared with the other CRI benchmarks.
@@ -86,6 +87,7 @@ fn container_config(name: &str, image: &str) -> api::ContainerConfig {
 
 struct Client<'a> {
     daemon: &'a Daemon,
+    channel: Channel,
     rt: RuntimeServiceClient<Channel>,
     image: String,
     logs: PathBuf,
@@ -97,7 +99,36 @@ struct Pod {
     config: api::PodSandboxConfig,
 }
 
-impl Client<'_> {
+impl<'a> Client<'a> {
+    /// A client of `daemon` once it is ready, making containers of `image`.
+    async fn connect(daemon: &'a Daemon, image: &str) -> Client<'a> {
+        let channel = scute::client::connect(&daemon.socket).await.expect("connect");
+        let logs = daemon.dir.path().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let mut rt = RuntimeServiceClient::new(channel.clone());
+        daemon.wait_ready(&mut rt).await;
+        Client {
+            daemon,
+            channel,
+            rt,
+            image: image.into(),
+            logs,
+        }
+    }
+
+    /// Pulls the client's image: how long it took.
+    async fn pull(&self) -> Duration {
+        let mut images = ImageServiceClient::new(self.channel.clone());
+        let pull = images.pull_image(api::PullImageRequest {
+            image: Some(api::ImageSpec {
+                image: self.image.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self.daemon.timed("PullImage", pull).await.1
+    }
+
     async fn run_pod(&self, name: &str) -> Pod {
         let mut rt = self.rt.clone();
         let config = pod_config(name, &self.logs);
@@ -199,8 +230,6 @@ struct Figures {
     shims_pss_kib: u64,
     list_container_stats: Vec<Duration>,
     list_containers: Vec<Duration>,
-    /// `crictl ps -a` over the stats phase's running containers, and `crictl version`, means.
-    crictl_ps: Option<(Duration, Duration)>,
     list_pods: Vec<Duration>,
     /// ListContainers with the lists-at-scale phase's created containers.
     list_containers_at_scale: Vec<Duration>,
@@ -219,24 +248,64 @@ struct Sizes {
     list_objects: usize,
 }
 
-/// `crictl ps -a` as an operator types it, `calls` times, against `daemon`'s socket: the mean
-/// wall time of the whole command, and of `crictl version` (the process, its connections and
-/// the Version call crictl makes before anything else) to take off. crictl from
-/// `SCUTE_TEST_TOOLS`, else PATH; None when there is none. Fails when fewer than `containers`
-/// rows are printed.
-fn time_crictl_ps(daemon: &Daemon, calls: usize, containers: usize) -> Option<(Duration, Duration)> {
-    let crictl = std::env::var_os("SCUTE_TEST_TOOLS")
+/// crictl from `SCUTE_TEST_TOOLS`, else PATH.
+fn crictl() -> Option<PathBuf> {
+    std::env::var_os("SCUTE_TEST_TOOLS")
         .map(|d| PathBuf::from(d).join("crictl"))
         .filter(|p| p.exists())
         .or_else(|| {
             std::env::split_paths(&std::env::var_os("PATH")?)
                 .map(|d| d.join("crictl"))
                 .find(|p| p.exists())
-        })?;
-    let endpoint = format!("unix://{}", daemon.socket.display());
-    let run = |args: &[&str]| {
+        })
+}
+
+/// Medians of one runtime's crictl runs.
+struct CrictlTimes {
+    /// `crictl ps -a`, the whole command.
+    ps: Duration,
+    /// `crictl version`: the process, its connection and the Version call crictl makes before
+    /// anything else, what `ps -a` costs before it lists.
+    version: Duration,
+}
+
+/// `crictl ps -a` as an operator types it, side by side: every runtime up at once, each with
+/// `containers` running containers in one pod, and crictl run against each in turn
+/// (`CRICTL_ROUNDS` rounds after an untimed one, the order reversed every other round), so that
+/// whatever else the machine does falls on all of them alike. A Go program that takes 12 ms to
+/// start, measured minutes apart per runtime, moved more than the few milliseconds compared.
+/// None without crictl. Fails when fewer than `containers` rows are printed.
+fn crictl_side_by_side(
+    registry: &str,
+    image: &str,
+    containers: usize,
+) -> Option<(Vec<(String, CrictlTimes)>, Vec<String>)> {
+    let crictl = crictl()?;
+    let mut daemons = vec![start_scute()];
+    daemons.extend(anchors().iter().map(|a| start_containerd(a, registry)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut filled = Vec::new();
+    for daemon in &daemons {
+        filled.push(runtime.block_on(async {
+            let client = Client::connect(daemon, image).await;
+            client.pull().await;
+            let pod = client.run_pod("bench-crictl").await;
+            let mut ids = Vec::new();
+            for i in 0..containers {
+                let (id, _) = client.create(&pod, &format!("listed-{i}")).await;
+                client.start(&id).await;
+                ids.push(id);
+            }
+            (client, pod, ids)
+        }));
+    }
+    let run = |daemon: &Daemon, args: &[&str]| {
+        let endpoint = format!("unix://{}", daemon.socket.display());
         let started = Instant::now();
-        let out = std::process::Command::new(&crictl)
+        let out = Command::new(&crictl)
             .args(["--runtime-endpoint", &endpoint, "--image-endpoint", &endpoint])
             .args(args)
             .output()
@@ -247,22 +316,60 @@ fn time_crictl_ps(daemon: &Daemon, calls: usize, containers: usize) -> Option<(D
         }
         (took, String::from_utf8_lossy(&out.stdout).lines().count())
     };
-    let (mut ps, mut version) = (Duration::ZERO, Duration::ZERO);
-    for i in 0..=calls {
-        let (took_ps, rows) = run(&["ps", "-a"]);
-        if rows < containers + 1 {
-            daemon.fail(
-                "crictl ps -a",
-                format!("{} of {containers} containers", rows.saturating_sub(1)),
-            );
+    let mut samples = vec![(Vec::new(), Vec::new()); daemons.len()];
+    for round in 0..=CRICTL_ROUNDS {
+        let mut order: Vec<usize> = (0..daemons.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
         }
-        let (took_version, _) = run(&["version"]);
-        if i > 0 {
-            ps += took_ps;
-            version += took_version;
+        for i in order {
+            let (ps, rows) = run(&daemons[i], &["ps", "-a"]);
+            if rows < containers + 1 {
+                daemons[i].fail(
+                    "crictl ps -a",
+                    format!("{} of {containers} containers", rows.saturating_sub(1)),
+                );
+            }
+            let (version, _) = run(&daemons[i], &["version"]);
+            if round > 0 {
+                samples[i].0.push(ps);
+                samples[i].1.push(version);
+            }
         }
     }
-    Some((ps / calls as u32, version / calls as u32))
+    for (client, pod, ids) in &filled {
+        runtime.block_on(async {
+            for id in ids {
+                client.stop(id).await;
+                client.remove(id).await;
+            }
+            client.remove_pod(pod).await;
+        });
+    }
+    drop(filled);
+    drop(runtime);
+    // Last started, first stopped: each one's host snapshot was taken with the others up.
+    let mut notes = Vec::new();
+    for daemon in daemons.iter_mut().rev() {
+        notes.extend(daemon.shutdown().into_iter().map(|n| format!("{}: {n}", daemon.name())));
+    }
+    let times = daemons
+        .iter()
+        .zip(samples)
+        .map(|(d, (ps, version))| {
+            let times = CrictlTimes {
+                ps: median(ps),
+                version: median(version),
+            };
+            (d.name().to_string(), times)
+        })
+        .collect();
+    Some((times, notes))
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
 }
 
 /// `calls` timed calls of ListContainers and of ListPodSandbox (after one untimed call each),
@@ -396,30 +503,8 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         density_pods,
         list_objects,
     } = sizes;
-    let channel = scute::client::connect(&daemon.socket).await.expect("connect");
-    let logs = daemon.dir.path().join("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let mut client = Client {
-        daemon,
-        rt: RuntimeServiceClient::new(channel.clone()),
-        image: image.into(),
-        logs,
-    };
-    client.daemon.wait_ready(&mut client.rt).await;
-    let mut images = ImageServiceClient::new(channel.clone());
-    let (_, took) = client
-        .daemon
-        .timed(
-            "PullImage",
-            images.pull_image(api::PullImageRequest {
-                image: Some(api::ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-        )
-        .await;
+    let client = Client::connect(daemon, image).await;
+    let took = client.pull().await;
     println!(
         "  {:<10} pulled {image} in {:.0} ms",
         daemon.name(),
@@ -466,7 +551,6 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         ids.push(id);
     }
     let (list_containers, list_pods) = time_lists(&client, STATS_CALLS, stats_containers, 1).await;
-    let crictl_ps = time_crictl_ps(daemon, CRICTL_CALLS, stats_containers);
     let (mut list_container_stats, mut list_pod_stats) = (Vec::new(), Ok(Vec::new()));
     for i in 0..=STATS_CALLS {
         let mut rt = client.rt.clone();
@@ -568,7 +652,6 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
         list_container_stats,
         list_containers,
         list_pods,
-        crictl_ps,
         list_containers_at_scale,
         list_pods_at_scale,
         list_pod_stats,
@@ -632,7 +715,8 @@ fn main() {
     registry.push_test_images();
     let image = format!("{}/e2e-test-images/busybox:1.29-2", registry.addr);
 
-    let (results, notes) = each_runtime(&registry.addr, |daemon| bench(daemon, sizes, &image));
+    let (results, mut notes) = each_runtime(&registry.addr, |daemon| bench(daemon, sizes, &image));
+    let crictl = crictl_side_by_side(&registry.addr, &image, stats_containers);
     drop(registry);
 
     println!();
@@ -687,17 +771,6 @@ fn main() {
             mean_p99(f.list_containers.clone()),
             mean_p99(f.list_pods.clone()),
         );
-        match f.crictl_ps {
-            Some((ps, version)) => println!(
-                "{:<14}   {stats_containers} running containers: `crictl ps -a` {:.1} ms, `crictl version` {:.1} ms, \
-                 net {:.1} ms (means of {CRICTL_CALLS})",
-                "",
-                ps.as_secs_f64() * 1e3,
-                version.as_secs_f64() * 1e3,
-                ps.saturating_sub(version).as_secs_f64() * 1e3,
-            ),
-            None => println!("{:<14}   `crictl ps -a`: no crictl (SCUTE_TEST_TOOLS or PATH)", ""),
-        }
         println!(
             "{:<14}   {list_objects} created containers: ListContainers mean/p99 {} ms; {list_objects} stopped pods \
              (and the running one holding those containers): ListPodSandbox mean/p99 {} ms",
@@ -734,20 +807,6 @@ fn main() {
         "container cycle (create + start + stop + remove means)",
         &row(|s| vec![&s.create, &s.start, &s.stop, &s.remove]),
     );
-    if results.iter().all(|(_, f)| f.crictl_ps.is_some()) {
-        print_ratios(
-            &format!("`crictl ps -a` net of `crictl version`, {stats_containers} running containers"),
-            &results
-                .iter()
-                .map(|(n, f)| {
-                    (
-                        n.clone(),
-                        f.crictl_ps.map(|(ps, v)| ps.saturating_sub(v)).unwrap_or_default(),
-                    )
-                })
-                .collect::<Vec<_>>(),
-        );
-    }
     print_ratios(
         &format!("ListContainers mean, {list_objects} created containers"),
         &results
@@ -755,6 +814,34 @@ fn main() {
             .map(|(n, f)| (n.clone(), mean(&f.list_containers_at_scale)))
             .collect::<Vec<_>>(),
     );
+    match crictl {
+        Some((times, left)) => {
+            notes.extend(left);
+            println!(
+                "`crictl ps -a` over {stats_containers} running containers, every runtime up at once and crictl run \
+                 against each in turn ({CRICTL_ROUNDS} rounds), medians: whole command, `crictl version`, the net"
+            );
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let best = times.iter().skip(1).map(|(_, t)| t.ps).min();
+            let best_net = times.iter().skip(1).map(|(_, t)| t.ps.saturating_sub(t.version)).min();
+            for (name, t) in &times {
+                println!(
+                    "  {name:<14} {:.2} ms, {:.2} ms, {:.2} ms",
+                    ms(t.ps),
+                    ms(t.version),
+                    ms(t.ps.saturating_sub(t.version))
+                );
+            }
+            if let (Some(best), Some(best_net), Some((_, scute))) = (best, best_net, times.first()) {
+                println!(
+                    "  scute against the better: {:.2}x the whole command, {:.2}x net",
+                    ms(scute.ps) / ms(best),
+                    ms(scute.ps.saturating_sub(scute.version)) / ms(best_net)
+                );
+            }
+        }
+        None => println!("`crictl ps -a`: no crictl (SCUTE_TEST_TOOLS or PATH)"),
+    }
     println!(
         "(target: StartContainer <= 15 ms; p99 of {cycles} samples is their maximum when fewer than 100; RSS = VmRSS)"
     );

@@ -35,7 +35,7 @@ else
 fi
 install=$repo_root/../shared/tools/install.sh
 if [[ -z ${SCUTE_TEST_TOOLS:-} && -x $install ]]; then
-	SCUTE_TEST_TOOLS=$("$install" /var/cache/scute-test-tools containerd2 containerd2-shim-runc-v2) || SCUTE_TEST_TOOLS=""
+	SCUTE_TEST_TOOLS=$("$install" /var/cache/scute-test-tools containerd2 containerd2-shim-runc-v2 crictl) || SCUTE_TEST_TOOLS=""
 fi
 if [[ -n ${SCUTE_TEST_TOOLS:-} && -x $SCUTE_TEST_TOOLS/containerd2 ]]; then
 	export SCUTE_TEST_TOOLS

@@ -75,10 +75,15 @@ fn fd_count(pid: i32) -> usize {
 }
 
 fn rss_kib(pid: i32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `Name: N kB` line of /proc/<pid>/status (RssAnon: what the node cannot reclaim).
+fn status_kib(pid: i32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
@@ -645,6 +650,7 @@ async fn churn_leaves_nothing_behind() {
     let links_before = links().len();
     let fds_before = fd_count(pid);
     let rss_before = rss_kib(pid);
+    let anon_before = status_kib(pid, "RssAnon:");
     let shims_before = shims_of(&daemon.state).len();
 
     let churn = Instant::now();
@@ -657,9 +663,11 @@ async fn churn_leaves_nothing_behind() {
     let links_after = links().len();
     let fds_after = fd_count(pid);
     let rss_after = rss_kib(pid);
+    let anon_after = status_kib(pid, "RssAnon:");
     eprintln!(
         "churn: {cycles} cycles in {took:?} ({:?}/cycle); daemon fds {fds_before} -> {fds_after}, \
-         RSS {rss_before} KiB -> {rss_after} KiB, links {links_before} -> {links_after}",
+         RSS {rss_before} KiB -> {rss_after} KiB (anonymous {anon_before} -> {anon_after} KiB), \
+         links {links_before} -> {links_after}",
         took / cycles.max(1) as u32
     );
     // Only the base pod is left.
