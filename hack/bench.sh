@@ -13,7 +13,7 @@
 # SCUTE_BENCH_PULL_COMPRESSIONS, SCUTE_BENCH_SMALL_PULLS, SCUTE_BENCH_CALLS, SCUTE_BENCH_STREAMING (see each bench's
 # header), SCUTE_CHURN_CYCLES (default 1000 here; the CI test runs fewer), SCUTE_BENCH_ANCHORS=none
 # (scute alone, for a before/after check of a change). Needs root, like the
-# tests. A whole run takes about 25 minutes here.
+# tests. A whole run takes about 30 minutes here.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
