@@ -260,6 +260,9 @@ fn crictl() -> Option<PathBuf> {
         })
 }
 
+/// What a phase found left behind, for the end of the output.
+type Notes = Vec<String>;
+
 /// Medians of one runtime's crictl runs.
 struct CrictlTimes {
     /// `crictl ps -a`, the whole command.
@@ -275,11 +278,7 @@ struct CrictlTimes {
 /// whatever else the machine does falls on all of them alike. A Go program that takes 12 ms to
 /// start, measured minutes apart per runtime, moved more than the few milliseconds compared.
 /// None without crictl. Fails when fewer than `containers` rows are printed.
-fn crictl_side_by_side(
-    registry: &str,
-    image: &str,
-    containers: usize,
-) -> Option<(Vec<(String, CrictlTimes)>, Vec<String>)> {
+fn crictl_side_by_side(registry: &str, image: &str, containers: usize) -> Option<(Vec<(String, CrictlTimes)>, Notes)> {
     let crictl = crictl()?;
     let mut daemons = vec![start_scute()];
     daemons.extend(anchors().iter().map(|a| start_containerd(a, registry)));

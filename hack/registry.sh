@@ -2,13 +2,16 @@
 # Runs Debian's docker-registry (distribution 2.8) on loopback for tests.
 #
 #   hack/registry.sh start [--addr 127.0.0.1:PORT] [--dir DIR] [--htpasswd USER:PASSWORD]
+#                          [--tls-cert CERT --tls-key KEY]
 #       Starts a registry with filesystem storage under DIR (default: a new
 #       temp dir), waits until GET /v2/ answers 200, then prints
-#       REGISTRY_ADDR=... and REGISTRY_DIR=... on stdout.
+#       REGISTRY_ADDR=... and REGISTRY_DIR=... on stdout. A DIR used before
+#       keeps its images.
 #       --htpasswd turns on HTTP basic auth for that one user (bcrypt htpasswd
 #       file DIR/htpasswd): every request without those credentials gets 401.
 #       Still plain HTTP: distribution only warns that basic auth without TLS
 #       is insecure, which on loopback it is not.
+#       --tls-cert and --tls-key (PEM files) serve HTTPS instead of HTTP.
 #   hack/registry.sh stop --dir DIR
 #       Stops the registry started with that DIR and waits for it to exit.
 #
@@ -21,7 +24,7 @@ readonly start_timeout_s=10
 readonly stop_timeout_s=10
 
 usage() {
-	echo "usage: $0 start [--addr HOST:PORT] [--dir DIR] [--htpasswd USER:PASSWORD]" >&2
+	echo "usage: $0 start [--addr HOST:PORT] [--dir DIR] [--htpasswd USER:PASSWORD] [--tls-cert CERT --tls-key KEY]" >&2
 	echo "       $0 stop --dir DIR" >&2
 	exit 2
 }
@@ -58,7 +61,7 @@ print(os.environ["HTPASSWD_USER"] + ":" + hashed)' >"$dir/htpasswd"
 }
 
 write_config() {
-	local dir=$1 addr=$2 with_auth=$3
+	local dir=$1 addr=$2 with_auth=$3 tls_cert=$4 tls_key=$5
 	# A set http.secret silences the "No HTTP secret provided" warning.
 	cat >"$dir/config.yml" <<EOF
 version: 0.1
@@ -80,6 +83,13 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 EOF
+	if [[ -n $tls_cert ]]; then
+		cat >>"$dir/config.yml" <<EOF
+  tls:
+    certificate: $tls_cert
+    key: $tls_key
+EOF
+	fi
 	if ((with_auth)); then
 		cat >>"$dir/config.yml" <<EOF
 auth:
@@ -91,15 +101,26 @@ EOF
 }
 
 cmd_start() {
-	local addr=$default_addr dir="" credentials=""
+	local addr=$default_addr dir="" credentials="" tls_cert="" tls_key=""
 	while (($#)); do
 		case $1 in
 		--addr) addr=${2:?--addr needs a value}; shift 2 ;;
 		--dir) dir=${2:?--dir needs a value}; shift 2 ;;
 		--htpasswd) credentials=${2:?--htpasswd needs USER:PASSWORD}; shift 2 ;;
+		--tls-cert) tls_cert=$(realpath "${2:?--tls-cert needs a file}"); shift 2 ;;
+		--tls-key) tls_key=$(realpath "${2:?--tls-key needs a file}"); shift 2 ;;
 		*) usage ;;
 		esac
 	done
+	if [[ -n $tls_cert && -z $tls_key ]] || [[ -z $tls_cert && -n $tls_key ]]; then
+		die "--tls-cert and --tls-key go together"
+	fi
+	# The readiness probe does not check the certificate: it only waits for the registry.
+	local scheme=http curl_tls=()
+	if [[ -n $tls_cert ]]; then
+		scheme=https
+		curl_tls=(--insecure)
+	fi
 	local user="" password="" with_auth=0 curl_auth=()
 	if [[ -n $credentials ]]; then
 		# Split at the first colon: htpasswd user names cannot hold one.
@@ -131,7 +152,7 @@ cmd_start() {
 	if ((with_auth)); then
 		write_htpasswd "$dir" "$user" "$password"
 	fi
-	write_config "$dir" "$addr" "$with_auth"
+	write_config "$dir" "$addr" "$with_auth" "$tls_cert" "$tls_key"
 
 	# setsid: the registry must outlive this script and not get the caller's
 	# terminal signals.
@@ -147,10 +168,10 @@ cmd_start() {
 			rm -f "$dir/registry.pid"
 			exit 1
 		fi
-		code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "${curl_auth[@]}" "http://$addr/v2/" || true)
+		code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "${curl_auth[@]}" "${curl_tls[@]}" "$scheme://$addr/v2/" || true)
 		[[ $code == 200 ]] && break
 		if ((SECONDS >= deadline)); then
-			echo "registry.sh: http://$addr/v2/ did not answer 200 within ${start_timeout_s}s (last: ${code:-none}); log tail:" >&2
+			echo "registry.sh: $scheme://$addr/v2/ did not answer 200 within ${start_timeout_s}s (last: ${code:-none}); log tail:" >&2
 			tail -n 20 "$dir/registry.log" >&2 || true
 			kill "$pid" 2>/dev/null || true
 			rm -f "$dir/registry.pid"

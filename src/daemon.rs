@@ -39,6 +39,7 @@ pub async fn serve(config: Config) -> Result<()> {
     prepare_dir(&config.root, ROOT_DIR_MODE)?;
     prepare_dir(&config.state, STATE_DIR_MODE)?;
 
+    crate::image::registry::preload_system_roots();
     let store_path = config.root.join("meta.redb");
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await??;
     let store = Arc::new(store);

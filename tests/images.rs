@@ -406,6 +406,40 @@ fn xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     (n >= 0).then(|| buf[..n as usize].to_vec())
 }
 
+/// A registry serving HTTPS with a certificate no system root vouches for: the pull is refused
+/// with an error about its certificate, goes through once hosts.toml names the CA (read at
+/// every pull, beside the system's roots the daemon read once), and with skip_verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_registry_is_trusted_through_the_ca_its_hosts_toml_names() {
+    let registry = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    push_image(&registry, work.path(), "e2e-test-images/tls:1", "tls", &[]);
+    registry.stop();
+    let (cert, key) = common::self_signed_cert(work.path());
+    registry.restart_over_tls(&cert, &key);
+    let image = format!("{}/e2e-test-images/tls:1", registry.addr);
+
+    let daemon = Daemon::start("");
+    let hosts = daemon.dir().join("certs.d").join(&registry.addr);
+    std::fs::create_dir_all(&hosts).unwrap();
+    let server = format!("server = \"https://{}\"\n", registry.addr);
+    std::fs::write(hosts.join("hosts.toml"), &server).unwrap();
+    let err = pull(&daemon, &image).await.unwrap_err();
+    assert!(
+        err.message().contains("certificate"),
+        "{:?}: {}",
+        err.code(),
+        err.message()
+    );
+
+    std::fs::write(hosts.join("hosts.toml"), format!("{server}ca = {cert:?}\n")).unwrap();
+    pull(&daemon, &image).await.unwrap();
+    remove(&daemon, &image).await.unwrap();
+
+    std::fs::write(hosts.join("hosts.toml"), format!("{server}skip_verify = true\n")).unwrap();
+    pull(&daemon, &image).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_with_basic_credentials() {
     let registry = Registry::start_with_htpasswd("alice:wonderland");

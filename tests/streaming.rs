@@ -622,34 +622,7 @@ async fn port_forward_to_a_host_network_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_over_tls() {
     let certs = tempfile::tempdir().unwrap();
-    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .args([
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let (cert, key) = common::self_signed_cert(certs.path());
     let extra = format!("[streaming]\ntls_cert = {cert:?}\ntls_key = {key:?}\n");
     let pod = common::pod::pod_full("tlsexec", None, &extra, "").await;
     let id = idle_container(&pod, "idle").await;

@@ -231,7 +231,7 @@ impl Remote {
             .get_or_try_init(|| endpoint.client.auth(reference, &endpoint.auth, RegistryOperation::Pull))
             .await
             .map_err(|e| classify(&self.image, e))?;
-        let remote = |e: reqwest::Error| PullError::Remote(format!("{url}: {e}"));
+        let remote = |e: reqwest::Error| PullError::Remote(format!("{url}: {}", with_causes(&e)));
         let get = |basic: bool| {
             let request = endpoint
                 .http
@@ -427,7 +427,7 @@ where
 {
     let mut out = Vec::with_capacity(size as usize);
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {e}")))?;
+        let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {}", with_causes(&e))))?;
         if (out.len() + chunk.len()) as u64 > size {
             return Err(more_than_declared(what, size));
         }
@@ -523,9 +523,7 @@ struct ClientsKey {
 const MAX_KEPT_CLIENTS: usize = 64;
 
 /// An endpoint's clients, kept for the daemon's life per scheme, host and TLS setting: building
-/// them loads and parses the system's TLS roots three times (reqwest's client, and oci-client's
-/// `Client::new`, which builds a default client it then replaces), about half of a small
-/// image's pull. The CA files are read at every pull, so a changed hosts.toml or CA gets new
+/// them costs a small image's pull about a third of its time (TLS roots, below). The CA files are read at every pull, so a changed hosts.toml or CA gets new
 /// clients. oci-client's client keeps the credentials it was first used with and the tokens they
 /// got, so only an anonymous one is shared; a pull with credentials gets its own, dropped with
 /// the pull (containerd too keeps no credentials past a pull).
@@ -566,14 +564,51 @@ fn clients(endpoint: &HostEndpoint, resolved_host: &str, anonymous: bool) -> Res
     })
 }
 
+/// The system's TLS roots (DER), read once for the daemon's life, as Go's crypto/x509 reads its
+/// system pool once for containerd's. A reqwest client built with its platform verifier reads
+/// and parses /etc/ssl/certs again (3.3 ms here), and a pull's first clients built three; given
+/// these as the only roots, reqwest and oci-client's client read nothing (oci-client still
+/// builds one default client it drops: one read per endpoint's first pull). Certificates
+/// rustls cannot use are left out, as the platform verifier leaves them out.
+fn system_roots() -> &'static [Vec<u8>] {
+    static ROOTS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let loaded = rustls_native_certs::load_native_certs();
+        for error in &loaded.errors {
+            tracing::warn!(%error, "loading the system's TLS root certificates");
+        }
+        let mut usable = Vec::with_capacity(loaded.certs.len());
+        for cert in loaded.certs {
+            match rustls::RootCertStore::empty().add(cert.clone()) {
+                Ok(()) => usable.push(cert.to_vec()),
+                Err(error) => tracing::debug!(%error, "a system TLS root certificate rustls cannot use: left out"),
+            }
+        }
+        usable
+    })
+}
+
+/// Reads the system's TLS roots on a thread of their own, so that the first pull after the
+/// daemon starts does not wait for them.
+pub fn preload_system_roots() {
+    if let Err(error) = std::thread::Builder::new().name("tls-roots".into()).spawn(|| {
+        system_roots();
+    }) {
+        tracing::debug!(%error, "reading the TLS roots ahead: the first pull will");
+    }
+}
+
 fn build_clients(endpoint: &HostEndpoint, key: &ClientsKey) -> Result<Clients, PullError> {
     let mut roots = Vec::new();
     for pem in &key.cas {
         roots.push(reqwest::Certificate::from_pem(pem).map_err(|e| PullError::Config(format!("invalid CA: {e}")))?);
     }
+    for der in system_roots() {
+        roots.push(reqwest::Certificate::from_der(der).map_err(|e| PullError::Config(format!("system CA: {e}")))?);
+    }
     let http = reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(endpoint.skip_verify)
-        .tls_certs_merge(roots)
+        .tls_certs_only(roots)
         .connect_timeout(Duration::from_secs(30))
         .read_timeout(Duration::from_secs(60))
         .user_agent(concat!("scute/", env!("CARGO_PKG_VERSION")))
@@ -586,12 +621,15 @@ fn build_clients(endpoint: &HostEndpoint, key: &ClientsKey) -> Result<Clients, P
 }
 
 fn client_config(endpoint: &HostEndpoint, resolved_host: &str, cas: &[Vec<u8>]) -> ClientConfig {
-    let extra_root_certificates = cas
+    let certificate = |encoding, data: &Vec<u8>| oci_client::client::Certificate {
+        encoding,
+        data: data.clone(),
+    };
+    use oci_client::client::CertificateEncoding::{Der, Pem};
+    let tls_certs_only = cas
         .iter()
-        .map(|data| oci_client::client::Certificate {
-            encoding: oci_client::client::CertificateEncoding::Pem,
-            data: data.clone(),
-        })
+        .map(|pem| certificate(Pem, pem))
+        .chain(system_roots().iter().map(|der| certificate(Der, der)))
         .collect();
     ClientConfig {
         protocol: match endpoint.scheme {
@@ -599,7 +637,7 @@ fn client_config(endpoint: &HostEndpoint, resolved_host: &str, cas: &[Vec<u8>]) 
             Scheme::Https => ClientProtocol::Https,
         },
         accept_invalid_certificates: endpoint.skip_verify,
-        extra_root_certificates,
+        tls_certs_only,
         connect_timeout: Some(Duration::from_secs(30)),
         read_timeout: Some(Duration::from_secs(60)),
         user_agent: concat!("scute/", env!("CARGO_PKG_VERSION")),
@@ -684,8 +722,25 @@ fn classify(image: &ImageRef, e: oci_client::errors::OciDistributionError) -> Pu
         {
             PullError::Unauthorized(e.to_string())
         }
-        _ => PullError::Remote(e.to_string()),
+        _ => PullError::Remote(with_causes(&e)),
     }
+}
+
+/// An error and its causes, as anyhow's `{:#}` prints them: reqwest says "error sending request
+/// for url" and keeps why (a certificate refused, a connection reset) in its sources, which an
+/// operator needs to act on. A cause its error already quotes is not repeated.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Folds the per-endpoint errors into one that names every endpoint tried. It is NotFound when

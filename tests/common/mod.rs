@@ -499,6 +499,27 @@ impl Registry {
         );
     }
 
+    /// Starts the stopped registry again on its address and storage, serving HTTPS with `cert`
+    /// and `key` (PEM): what was pushed to it over HTTP is there.
+    pub fn restart_over_tls(&self, cert: &Path, key: &Path) {
+        assert!(!self.external, "an external registry is not ours to restart");
+        let out = Command::new(repo_root().join("hack/registry.sh"))
+            .args(["start", "--addr", &self.addr, "--tls-cert"])
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .arg("--dir")
+            .arg(self.dir.path())
+            .output()
+            .expect("run hack/registry.sh");
+        assert!(
+            out.status.success(),
+            "hack/registry.sh start over TLS failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn stop(&self) {
         if let Some(out) = self.run_stop() {
             assert!(
@@ -535,6 +556,40 @@ impl Drop for Registry {
     fn drop(&mut self) {
         let _ = self.run_stop();
     }
+}
+
+/// A self-signed certificate for 127.0.0.1 (an end entity, its own trust anchor) and its key,
+/// written to `dir` as cert.pem and key.pem by openssl.
+#[allow(dead_code)] // not every test binary serves TLS
+pub fn self_signed_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .args([
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .output()
+        .expect("run openssl");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    (cert, key)
 }
 
 /// The image kit binary (images/kit), built on first use.
