@@ -129,6 +129,27 @@ impl<'a> Client<'a> {
         self.daemon.timed("PullImage", pull).await.1
     }
 
+    /// A pod `name` with `n` running containers: the pod and their IDs.
+    async fn running_pod(&self, name: &str, n: usize) -> (Pod, Vec<String>) {
+        let pod = self.run_pod(name).await;
+        let mut ids = Vec::new();
+        for i in 0..n {
+            let (id, _) = self.create(&pod, &format!("{name}-{i}")).await;
+            self.start(&id).await;
+            ids.push(id);
+        }
+        (pod, ids)
+    }
+
+    /// Stops and removes `running_pod`'s containers, then the pod.
+    async fn remove_running(&self, pod: &Pod, ids: &[String]) {
+        for id in ids {
+            self.stop(id).await;
+            self.remove(id).await;
+        }
+        self.remove_pod(pod).await;
+    }
+
     async fn run_pod(&self, name: &str) -> Pod {
         let mut rt = self.rt.clone();
         let config = pod_config(name, &self.logs);
@@ -291,13 +312,7 @@ fn crictl_side_by_side(registry: &str, image: &str, containers: usize) -> Option
         filled.push(runtime.block_on(async {
             let client = Client::connect(daemon, image).await;
             client.pull().await;
-            let pod = client.run_pod("bench-crictl").await;
-            let mut ids = Vec::new();
-            for i in 0..containers {
-                let (id, _) = client.create(&pod, &format!("listed-{i}")).await;
-                client.start(&id).await;
-                ids.push(id);
-            }
+            let (pod, ids) = client.running_pod("bench-crictl", containers).await;
             (client, pod, ids)
         }));
     }
@@ -337,13 +352,7 @@ fn crictl_side_by_side(registry: &str, image: &str, containers: usize) -> Option
         }
     }
     for (client, pod, ids) in &filled {
-        runtime.block_on(async {
-            for id in ids {
-                client.stop(id).await;
-                client.remove(id).await;
-            }
-            client.remove_pod(pod).await;
-        });
+        runtime.block_on(client.remove_running(pod, ids));
     }
     drop(filled);
     drop(runtime);
@@ -542,13 +551,7 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
     client.remove_pod(&pod).await;
 
     // Stats of `stats_containers` running containers in one pod.
-    let pod = client.run_pod("bench-stats").await;
-    let mut ids = Vec::new();
-    for i in 0..stats_containers {
-        let (id, _) = client.create(&pod, &format!("stats-{i}")).await;
-        client.start(&id).await;
-        ids.push(id);
-    }
+    let (pod, ids) = client.running_pod("bench-stats", stats_containers).await;
     let (list_containers, list_pods) = time_lists(&client, STATS_CALLS, stats_containers, 1).await;
     let (mut list_container_stats, mut list_pod_stats) = (Vec::new(), Ok(Vec::new()));
     for i in 0..=STATS_CALLS {
@@ -589,11 +592,7 @@ async fn measure(daemon: &Daemon, sizes: Sizes, image: &str) -> Figures {
             }
         }
     }
-    for id in &ids {
-        client.stop(id).await;
-        client.remove(id).await;
-    }
-    client.remove_pod(&pod).await;
+    client.remove_running(&pod, &ids).await;
 
     // Density: `density_pods` pods, each with one running container, all asked for at once (the
     // kubelet's pod workers run side by side), timed until the last container started; then RSS.

@@ -30,17 +30,4 @@ impl ApiError {
     }
 }
 
-/// An error with its whole source chain, for messages a person can act on.
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let next = e.to_string();
-        if !s.contains(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = e.source();
-    }
-    s
-}
+pub(crate) use scute_sys::errors::chain;

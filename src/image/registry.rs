@@ -24,6 +24,7 @@ use super::hosts::{self, HostEndpoint, Scheme};
 use super::PullError;
 use crate::distribution::digest::Digest;
 use crate::distribution::reference::ImageRef;
+use scute_sys::errors::chain;
 
 pub const MEDIA_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const MEDIA_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -231,7 +232,7 @@ impl Remote {
             .get_or_try_init(|| endpoint.client.auth(reference, &endpoint.auth, RegistryOperation::Pull))
             .await
             .map_err(|e| classify(&self.image, e))?;
-        let remote = |e: reqwest::Error| PullError::Remote(format!("{url}: {}", with_causes(&e)));
+        let remote = |e: reqwest::Error| PullError::Remote(format!("{url}: {}", chain(&e)));
         let get = |basic: bool| {
             let request = endpoint
                 .http
@@ -427,7 +428,7 @@ where
 {
     let mut out = Vec::with_capacity(size as usize);
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {}", with_causes(&e))))?;
+        let chunk = chunk.map_err(|e| PullError::Remote(format!("{what}: {}", chain(&e))))?;
         if (out.len() + chunk.len()) as u64 > size {
             return Err(more_than_declared(what, size));
         }
@@ -523,10 +524,11 @@ struct ClientsKey {
 const MAX_KEPT_CLIENTS: usize = 64;
 
 /// An endpoint's clients, kept for the daemon's life per scheme, host and TLS setting: building
-/// them costs a small image's pull about a third of its time (TLS roots, below). The CA files are read at every pull, so a changed hosts.toml or CA gets new
-/// clients. oci-client's client keeps the credentials it was first used with and the tokens they
-/// got, so only an anonymous one is shared; a pull with credentials gets its own, dropped with
-/// the pull (containerd too keeps no credentials past a pull).
+/// them cost a small image's pull about a third of its time (the TLS roots: `system_roots`).
+/// The CA files are read at every pull, so a changed hosts.toml or CA gets new clients.
+/// oci-client's client keeps the credentials it was first used with and the tokens they got, so
+/// only an anonymous one is shared; a pull with credentials gets its own, dropped with the pull
+/// (containerd too keeps no credentials past a pull).
 fn clients(endpoint: &HostEndpoint, resolved_host: &str, anonymous: bool) -> Result<Clients, PullError> {
     type Kept = std::collections::HashMap<ClientsKey, Clients>;
     static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
@@ -722,25 +724,8 @@ fn classify(image: &ImageRef, e: oci_client::errors::OciDistributionError) -> Pu
         {
             PullError::Unauthorized(e.to_string())
         }
-        _ => PullError::Remote(with_causes(&e)),
+        _ => PullError::Remote(chain(&e)),
     }
-}
-
-/// An error and its causes, as anyhow's `{:#}` prints them: reqwest says "error sending request
-/// for url" and keeps why (a certificate refused, a connection reset) in its sources, which an
-/// operator needs to act on. A cause its error already quotes is not repeated.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Folds the per-endpoint errors into one that names every endpoint tried. It is NotFound when

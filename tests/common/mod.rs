@@ -460,21 +460,8 @@ impl Registry {
                 external: true,
             };
         }
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let out = Command::new(repo_root().join("hack/registry.sh"))
-            .args(["start", "--addr", &addr])
-            .args(extra)
-            .arg("--dir")
-            .arg(dir.path())
-            .output()
-            .expect("run hack/registry.sh");
-        assert!(
-            out.status.success(),
-            "hack/registry.sh start failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let addr = format!("127.0.0.1:{}", free_port());
+        registry_sh_start(&addr, dir.path(), extra);
         Registry {
             dir,
             addr,
@@ -503,21 +490,8 @@ impl Registry {
     /// and `key` (PEM): what was pushed to it over HTTP is there.
     pub fn restart_over_tls(&self, cert: &Path, key: &Path) {
         assert!(!self.external, "an external registry is not ours to restart");
-        let out = Command::new(repo_root().join("hack/registry.sh"))
-            .args(["start", "--addr", &self.addr, "--tls-cert"])
-            .arg(cert)
-            .arg("--tls-key")
-            .arg(key)
-            .arg("--dir")
-            .arg(self.dir.path())
-            .output()
-            .expect("run hack/registry.sh");
-        assert!(
-            out.status.success(),
-            "hack/registry.sh start over TLS failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        registry_sh_start(&self.addr, self.dir.path(), &["--tls-cert", cert, "--tls-key", key]);
     }
 
     pub fn stop(&self) {
@@ -550,6 +524,23 @@ impl Registry {
             .expect("run hack/registry.sh");
         Some(out)
     }
+}
+
+/// `hack/registry.sh start` on `addr` with its storage in `dir` and the `extra` flags.
+fn registry_sh_start(addr: &str, dir: &Path, extra: &[&str]) {
+    let out = Command::new(repo_root().join("hack/registry.sh"))
+        .args(["start", "--addr", addr])
+        .args(extra)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run hack/registry.sh");
+    assert!(
+        out.status.success(),
+        "hack/registry.sh start failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Drop for Registry {
