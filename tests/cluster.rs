@@ -217,6 +217,30 @@ impl Namespace<'_> {
         args.extend(command);
         self.kubectl(&args)
     }
+
+    /// The output of `command` in `pod` once it succeeds and `accept`s it, run anew until then
+    /// (for `within`). A new Service is programmed asynchronously: CoreDNS and each node's
+    /// kube-proxy learn it through their watches, and a connection made on a node before
+    /// kube-proxy's rules for it exist hangs for its whole life (its conntrack entry was made
+    /// without the DNAT), so each try must be a new connection — what Kubernetes' e2e does too.
+    fn first_answer(&self, pod: &str, command: &[&str], within: Duration, accept: impl Fn(&str) -> bool) -> String {
+        let mut args = vec!["exec", pod, "--"];
+        args.extend(command);
+        let deadline = Instant::now() + within;
+        loop {
+            let out = self.run(&args);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && accept(&stdout) {
+                return stdout;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{command:?} in {pod}: no answer within {within:?}; the last: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
 }
 
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -289,16 +313,25 @@ fn a_deployment_spreads_over_the_nodes_and_its_services_reach_it_from_each_node(
     for (i, (node, _)) in nodes.iter().enumerate() {
         let client = format!("client-{i}");
         ns.pod(&client, BUSYBOX, &["sleep", "3600"], Some(node));
-        // The Service's name through cluster DNS (CoreDNS, a pod on this cluster).
+        // The Service's name through cluster DNS (CoreDNS, a pod on this cluster), once CoreDNS
+        // has seen the Service.
         let fqdn = format!("web.{}.svc.cluster.local", ns.name);
-        let lookup = ns.exec(&client, &["nslookup", &fqdn]);
-        assert!(lookup.contains(&cluster_ip), "{fqdn} from {node}: {lookup}");
-        // Several requests: kube-proxy spreads them, and every answer is one of the pods. (Not
-        // wget's -T: Debian's busybox 1.35 wget crashes with it, on any host.)
+        ns.first_answer(&client, &["nslookup", &fqdn], Duration::from_secs(60), |lookup| {
+            lookup.contains(&cluster_ip)
+        });
+        // Once this node's kube-proxy has the Service, several requests: kube-proxy spreads
+        // them, and every answer is one of the pods. (Not wget's -T: Debian's busybox 1.35 wget
+        // crashes with it, on any host.)
         for target in [
             "http://web/hostname".to_string(),
             format!("http://{cluster_ip}/hostname"),
         ] {
+            ns.first_answer(
+                &client,
+                &["timeout", "3", "wget", "-qO-", &target],
+                Duration::from_secs(60),
+                |_| true,
+            );
             for _ in 0..4 {
                 let answer = ns.exec(&client, &["timeout", "10", "wget", "-qO-", &target]);
                 assert!(
@@ -310,7 +343,12 @@ fn a_deployment_spreads_over_the_nodes_and_its_services_reach_it_from_each_node(
         // The other node's NodePort.
         let (other, other_ip) = &nodes[(i + 1) % nodes.len()];
         let target = format!("http://{other_ip}:{node_port}/hostname");
-        let answer = ns.exec(&client, &["timeout", "10", "wget", "-qO-", &target]);
+        let answer = ns.first_answer(
+            &client,
+            &["timeout", "3", "wget", "-qO-", &target],
+            Duration::from_secs(60),
+            |_| true,
+        );
         assert!(
             names.contains(&answer.trim().to_string()),
             "NodePort of {other} from {node}: {answer:?}"
@@ -544,14 +582,16 @@ fn jobs_daemonsets_and_statefulsets_run_on_scute_nodes() {
             "{pod} after the rolling update"
         );
     }
-    // A StatefulSet pod's stable DNS name.
+    // A StatefulSet pod's stable DNS name, naming the new db-0 once the EndpointSlice
+    // controller and CoreDNS have seen it (both asynchronous to the rollout's end).
     let fqdn = format!("db-0.db.{}.svc.cluster.local", ns.name);
     let ip = ns.json(&["get", "pod", "db-0"])["status"]["podIP"]
         .as_str()
         .unwrap()
         .to_string();
-    let lookup = ns.exec("db-1", &["nslookup", &fqdn]);
-    assert!(lookup.contains(&ip), "{fqdn}: {lookup}");
+    ns.first_answer("db-1", &["nslookup", &fqdn], Duration::from_secs(60), |lookup| {
+        lookup.contains(&ip)
+    });
 }
 
 /// Files the kubelet writes while the container runs: a ConfigMap volume updated in place, and
