@@ -725,17 +725,29 @@ fn draining_a_node_moves_its_pods_to_the_other() {
         "--delete-emptydir-data",
         "--timeout=120s",
     ]);
-    ns.kubectl(&["rollout", "status", "deployment/app", "--timeout=180s"]);
-    let pods = ns.json(&["get", "pods", "-l", "app=app", "--field-selector=status.phase=Running"]);
-    let pods = pods["items"].as_array().unwrap();
-    assert_eq!(pods.len(), 4, "{pods:?}");
-    for pod in pods {
-        assert_ne!(
-            pod["spec"]["nodeName"],
-            drained.as_str(),
-            "a pod still on the drained node"
-        );
+    // The drain's end is not the Deployment's: its ReplicaSet's status follows the evictions
+    // asynchronously (the generation is unchanged, so `rollout status` may read it stale).
+    // Four running pods, none on the drained node, are waited for.
+    let placed = || -> Vec<String> {
+        let pods = ns.json(&["get", "pods", "-l", "app=app", "--field-selector=status.phase=Running"]);
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["spec"]["nodeName"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let moved = |on: &[String]| on.len() == 4 && on.iter().all(|node| *node != drained);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut on = placed();
+    while !moved(&on) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        on = placed();
     }
+    assert!(
+        moved(&on),
+        "the Deployment's running pods are on {on:?}, {drained} drained"
+    );
 }
 
 /// A container writing past its ephemeral-storage limit is evicted by the kubelet, which sees the
