@@ -226,27 +226,35 @@ impl Namespace<'_> {
     fn first_answer(&self, pod: &str, command: &[&str], within: Duration, accept: impl Fn(&str) -> bool) -> String {
         let mut args = vec!["exec", pod, "--"];
         args.extend(command);
-        let deadline = Instant::now() + within;
-        loop {
+        poll(&format!("{command:?} in {pod}"), within, || {
             let out = self.run(&args);
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            if out.status.success() && accept(&stdout) {
-                return stdout;
+            match out.status.success() && accept(&stdout) {
+                true => Ok(stdout),
+                false => Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr))),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{command:?} in {pod}: no answer within {within:?}; the last: {stdout}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        })
     }
 }
 
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+    poll(what, timeout, || {
+        f().then_some(()).ok_or_else(|| "still not".to_string())
+    });
+}
+
+/// `probe`'s answer once it has one, asked every 500 ms for `within`; panics with `what` and
+/// what `probe` last said instead.
+fn poll<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match probe() {
+            Ok(answer) => return answer,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "{what}: not within {within:?}; the last: {last}"
+            ),
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -728,25 +736,22 @@ fn draining_a_node_moves_its_pods_to_the_other() {
     // The drain's end is not the Deployment's: its ReplicaSet's status follows the evictions
     // asynchronously (the generation is unchanged, so `rollout status` may read it stale).
     // Four running pods, none on the drained node, are waited for.
-    let placed = || -> Vec<String> {
-        let pods = ns.json(&["get", "pods", "-l", "app=app", "--field-selector=status.phase=Running"]);
-        pods["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["spec"]["nodeName"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
-    let moved = |on: &[String]| on.len() == 4 && on.iter().all(|node| *node != drained);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let mut on = placed();
-    while !moved(&on) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(500));
-        on = placed();
-    }
-    assert!(
-        moved(&on),
-        "the Deployment's running pods are on {on:?}, {drained} drained"
+    poll(
+        &format!("the Deployment's four running pods off {drained}"),
+        Duration::from_secs(180),
+        || {
+            let pods = ns.json(&["get", "pods", "-l", "app=app", "--field-selector=status.phase=Running"]);
+            let on: Vec<&str> = pods["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["spec"]["nodeName"].as_str().unwrap_or_default())
+                .collect();
+            match on.len() == 4 && on.iter().all(|node| *node != drained) {
+                true => Ok(()),
+                false => Err(format!("running on {on:?}")),
+            }
+        },
     );
 }
 
