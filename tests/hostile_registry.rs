@@ -1578,13 +1578,14 @@ async fn scrape(address: &str) -> String {
         .unwrap_or_default()
 }
 
-/// (l) A power cut in the middle of a pull (the daemon SIGKILLed with half a layer on disk):
-/// the next start runs its check after an unclean stop, keeps the partial download to resume,
-/// records no image, and the same pull then completes and leaves a store doctor finds clean.
+/// (l) A power cut in the middle of a pull (the daemon SIGKILLed with half a layer on disk, its
+/// blobs kept, so its downloads are written as they arrive): the next start runs its check after
+/// an unclean stop, keeps the partial download to resume, records no image, and the same pull
+/// then completes and leaves a store doctor finds clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_cut_by_a_power_cut_completes_after_the_restart() {
     let registry = Hostile::start().await;
-    let mut daemon = Daemon::start("");
+    let mut daemon = Daemon::start("[image]\ndiscard_unpacked_layers = false\n");
     const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
     // Random bytes do not compress: half the layer is 2 MiB, past any write buffer.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;

@@ -727,6 +727,10 @@ async fn concurrent_pulls_share_one_download() {
     );
 }
 
+/// A pull cut by its caller's deadline, with layer blobs kept (`discard_unpacked_layers =
+/// false`): the partial download stays in the ingest, and the next pull resumes it. With the
+/// default (blobs dropped once unpacked) the download is never written: nothing stays, and the
+/// next pull starts over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadline_exceeded_leaves_a_resumable_download() {
     let registry = Registry::start();
@@ -752,49 +756,83 @@ async fn deadline_exceeded_leaves_a_resumable_download() {
         "none",
     ]);
     push_layout(&registry, &layout, "e2e-test-images/slow:1", &[]);
-    let daemon = Daemon::start_with_args("", &["--log-level", "scute=debug"]);
-    daemon.mirror_public_registries_to(&registry.addr);
     let image = "registry.k8s.io/e2e-test-images/slow:1";
 
-    let ingest_dir = daemon.root.join("content/ingest");
-    let partial = || -> u64 {
-        std::fs::read_dir(&ingest_dir)
-            .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
-            .unwrap_or(0)
-    };
-    let mut interrupted = false;
-    for timeout_ms in [150u64, 300, 600, 1200, 2400] {
-        let mut request = tonic::Request::new(api::PullImageRequest {
-            image: spec(image),
-            ..Default::default()
-        });
-        request.set_timeout(std::time::Duration::from_millis(timeout_ms));
-        let result = daemon.images().await.pull_image(request).await;
-        match result {
-            Err(e) if e.code() == Code::DeadlineExceeded || e.code() == Code::Cancelled => {
-                // Give the server side a moment to notice and stop writing.
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                if partial() > 0 {
-                    interrupted = true;
-                    break;
+    // Pulls with shorter and longer deadlines until one is cut with bytes received; returns
+    // the bytes the ingest holds after it (the directory as a whole: the file may be gone).
+    async fn cut_by_a_deadline(daemon: &Daemon, image: &str) -> u64 {
+        let ingest_dir = daemon.root.join("content/ingest");
+        let partial = || -> u64 {
+            std::fs::read_dir(&ingest_dir)
+                .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+                .unwrap_or(0)
+        };
+        for timeout_ms in [150u64, 300, 600, 1200, 2400] {
+            let mut request = tonic::Request::new(api::PullImageRequest {
+                image: spec(image),
+                ..Default::default()
+            });
+            request.set_timeout(std::time::Duration::from_millis(timeout_ms));
+            let result = daemon.images().await.pull_image(request).await;
+            match result {
+                Err(e) if e.code() == Code::DeadlineExceeded || e.code() == Code::Cancelled => {
+                    // Give the server side a moment to notice and stop writing.
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    if partial() > 0 || bytes_not_kept(&daemon.log()) > 0 {
+                        return partial();
+                    }
                 }
+                Err(e) => panic!("unexpected error: {e:?}"),
+                Ok(_) => break,
             }
-            Err(e) => panic!("unexpected error: {e:?}"),
-            Ok(_) => break,
         }
+        panic!("no deadline cut a download that had begun; the machine is too fast for this test");
     }
+
+    let keeping = Daemon::start_with_args(
+        "[image]\ndiscard_unpacked_layers = false\n",
+        &["--log-level", "scute=debug"],
+    );
+    keeping.mirror_public_registries_to(&registry.addr);
+    let kept = cut_by_a_deadline(&keeping, image).await;
+    assert!(kept > 0, "the cut download was not kept:\n{}", keeping.log());
+    pull(&keeping, image).await.unwrap();
+    assert!(keeping.log().contains("resuming layer download"), "{}", keeping.log());
+    let ingest = keeping.root.join("content/ingest");
+    let left: Vec<_> = std::fs::read_dir(&ingest)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert!(
-        interrupted,
-        "no deadline left a partial download; the machine is too fast for this test"
+        left.is_empty(),
+        "the ingest file becomes a blob once verified (had {kept} bytes): {left:?}"
     );
-    let kept = partial();
-    pull(&daemon, image).await.unwrap();
-    assert!(daemon.log().contains("resuming layer download"), "{}", daemon.log());
+
+    let dropping = Daemon::start_with_args("", &["--log-level", "scute=debug"]);
+    dropping.mirror_public_registries_to(&registry.addr);
     assert_eq!(
-        partial(),
+        cut_by_a_deadline(&dropping, image).await,
         0,
-        "the ingest file becomes a blob once verified (had {kept} bytes)"
+        "a download whose blob is dropped once unpacked is not written"
     );
+    assert!(bytes_not_kept(&dropping.log()) > 0, "{}", dropping.log());
+    pull(&dropping, image).await.unwrap();
+    assert!(
+        !dropping.log().contains("resuming layer download"),
+        "{}",
+        dropping.log()
+    );
+}
+
+/// The most bytes a cut download had received when the daemon's debug log said it kept none.
+fn bytes_not_kept(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("download cut short, nothing kept"))
+        .filter_map(|l| l.split("received=").nth(1))
+        .filter_map(|v| v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
 }
 
 /// What a power cut during a pull can leave of its partial download: bytes the disk never got

@@ -5,8 +5,10 @@
 //! blob is then dropped, unless the configuration or the image (a checkpoint) keeps it, and the
 //! pull's snapshots go in place together after one sync: so the disk gets each layer once.
 //!
-//! An interrupted download (deadline, network) keeps its ingest file; the next pull replays those
-//! bytes from disk and asks the registry for the rest with a Range request.
+//! A download whose blob is kept is written to its ingest file as it arrives: when it is
+//! interrupted (deadline, network), the next pull replays those bytes from disk and asks the
+//! registry for the rest with a Range request. One whose blob is dropped once unpacked (the
+//! default) is only hashed on its way to the unpacker, and an interrupted one starts over.
 
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -321,7 +323,7 @@ impl ImageManager {
             ingest = ingest.truncate().map_err(|e| PullError::Remote(e.to_string()))?;
         }
         if !keep_blob {
-            ingest = ingest.without_writeback();
+            ingest = ingest.hashed_only();
         }
         tracing::debug!(layer = %layer.digest, size = layer.size, offset = ingest.resumed(), "downloading layer");
         let (stream, resumed) = remote.blob_stream(descriptor, ingest.resumed()).await?;
@@ -606,12 +608,21 @@ fn unpack_download(
                 }
                 (None, _, e) => e,
             };
+            let resumed = source.ingest.resumed();
             if matches!(e, PullError::NoSpace(_)) {
                 // Kept, it would hold the disk at the reserve until a retry.
                 source.ingest.discard();
                 return Err(e);
             }
-            let resumed = source.ingest.resumed();
+            if !source.ingest.saves() && resumed == 0 {
+                tracing::debug!(
+                    layer = %expected.digest,
+                    received = source.ingest.written(),
+                    "download cut short, nothing kept (its blob is dropped once unpacked): the next pull starts over"
+                );
+                source.ingest.discard();
+                return Err(e);
+            }
             if resumed > 0
                 && matches!(
                     e,
@@ -666,7 +677,10 @@ fn unpack_verified<R: Read>(
         let decompressed = decoder.reader(&mut compressed).map_err(|e| malformed("zstd: ", e))?;
         let mut hashing = HashingReader {
             inner: Metered {
-                inner: decompressed,
+                inner: Fill {
+                    inner: decompressed,
+                    error: None,
+                },
                 meter,
             },
             hasher: Sha256::new(),
@@ -686,6 +700,37 @@ fn unpack_verified<R: Read>(
         )));
     }
     Ok(stats.bytes)
+}
+
+/// Reads until the caller's buffer is full or the stream ends. A decoder hands out about one
+/// input buffer's worth per read (32 KiB for gzip), and each read the unpacker makes becomes one
+/// write(2) to the file it unpacks: fewer, larger writes cost the kernel less per byte.
+struct Fill<R> {
+    inner: R,
+    /// An error met after some bytes were read: returned by the next read.
+    error: Option<io::Error>,
+}
+
+impl<R: Read> Read for Fill<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.inner.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if filled == 0 => return Err(e),
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
+            }
+        }
+        Ok(filled)
+    }
 }
 
 /// The uncompressed layer on its way to the unpacker: hashed for the diff ID, and each read
