@@ -58,6 +58,9 @@ enum Body {
     /// These bytes announced with their Content-Length, but only the first `sent` go out; then
     /// the connection closes (a download cut off).
     Cut { data: Vec<u8>, sent: usize },
+    /// Cut as `Cut` when asked from the start; a `Range: bytes=N-` request from N > 0 is
+    /// answered 206 with the rest, whole (the network cut one connection, not the registry).
+    CutRanged { data: Vec<u8>, sent: usize },
 }
 
 impl Body {
@@ -71,7 +74,8 @@ impl Body {
             | Body::Drip { data: b, .. }
             | Body::Encoded { data: b, .. }
             | Body::Stall { data: b, .. }
-            | Body::Cut { data: b, .. } => hasher.update(b),
+            | Body::Cut { data: b, .. }
+            | Body::CutRanged { data: b, .. } => hasher.update(b),
             Body::Redirect(_) => {}
             Body::Padded { head, len, .. } => {
                 hasher.update(head);
@@ -263,10 +267,22 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
             Body::Sized(Vec::new()),
         ),
         (Body::Ranged(data), _) => ("200 OK".to_string(), Body::Sized(data)),
+        (Body::CutRanged { data, .. }, Some(from)) if from > 0 && from < data.len() => {
+            shared.ranged.fetch_add(1, Ordering::SeqCst);
+            (
+                format!(
+                    "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
+                    data.len() - 1,
+                    data.len()
+                ),
+                Body::Sized(data[from..].to_vec()),
+            )
+        }
+        (Body::CutRanged { data, sent }, _) => ("200 OK".to_string(), Body::Cut { data, sent }),
         (body, _) => ("200 OK".to_string(), body),
     };
     let (length, chunked) = match &body {
-        Body::Redirect(_) | Body::Ranged(_) => unreachable!("answered above"),
+        Body::Redirect(_) | Body::Ranged(_) | Body::CutRanged { .. } => unreachable!("answered above"),
         Body::Sized(b)
         | Body::Drip { data: b, .. }
         | Body::Encoded { data: b, .. }
@@ -308,7 +324,8 @@ impl Body {
             | Body::Drip { .. }
             | Body::Encoded { .. }
             | Body::Stall { .. }
-            | Body::Cut { .. } => String::new(),
+            | Body::Cut { .. }
+            | Body::CutRanged { .. } => String::new(),
         }
     }
 }
@@ -319,7 +336,7 @@ async fn write_body(conn: &mut TcpStream, body: &Body, chunked: bool, sent: &Ato
     let (head, len) = match body {
         Body::Sized(b) | Body::Chunked(b) | Body::Encoded { data: b, .. } => (b.as_slice(), b.len() as u64),
         Body::Padded { head, len, .. } => (head.as_slice(), *len),
-        Body::Redirect(_) | Body::Ranged(_) => return Ok(()), // answered as Sized
+        Body::Redirect(_) | Body::Ranged(_) | Body::CutRanged { .. } => return Ok(()), // answered as Sized
         Body::Drip { data, every } => {
             for byte in data {
                 conn.write_all(std::slice::from_ref(byte)).await?;
@@ -891,6 +908,39 @@ async fn malformed_layer_archives_are_final_and_cut_downloads_retryable() {
     pull(&daemon, &registry.image(repo))
         .await
         .unwrap_or_else(|e| panic!("the pull after the cut: {e:?}"));
+}
+
+/// A download the network cuts mid-layer, from a registry that answers ranges: the same pull
+/// asks for the rest from the byte it reached (one 206) and completes, with the layer checked
+/// whole, and says so in its log. (Against one that does not, the pull fails retryable: above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_the_network_cuts_is_picked_up_where_it_broke_off() {
+    const GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+    let registry = Hostile::start().await;
+    let daemon = Daemon::start("");
+    let noise: Vec<u8> = (0..1024u32 << 10)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let tar = one_file_tar("etc/noise", &noise);
+    let gzipped = gzip(&tar);
+    let (declared, digest) = (gzipped.len() as u64, sha256(&gzipped));
+    let cut = Body::CutRanged {
+        data: gzipped.clone(),
+        sent: gzipped.len() / 3,
+    };
+    let repo = "hostile/cut-then-ranged";
+    serve_image_with_typed_layer(&registry, repo, GZIP, declared, &digest, &sha256(&tar), cut);
+    let ranges_before = registry.shared.ranged.load(Ordering::SeqCst);
+    let id = pull(&daemon, &registry.image(repo))
+        .await
+        .unwrap_or_else(|e| panic!("the cut download was not picked up: {e:?}\n{}", daemon.log()));
+    assert!(id.starts_with("sha256:"), "{id}");
+    assert_eq!(
+        registry.shared.ranged.load(Ordering::SeqCst) - ranges_before,
+        1,
+        "one range asked for the rest"
+    );
+    assert!(daemon.log().contains("broke off"), "{}", daemon.log());
 }
 
 /// (f) What crashed other runtimes' daemons (containerd CVE-2026-95839: a malformed digest in a

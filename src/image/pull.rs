@@ -371,6 +371,8 @@ impl ImageManager {
 
         let mut stream = stream.stream;
         let mut done = 0u64;
+        // What the current connection delivered, and how many times the layer was picked up.
+        let (mut delivered, mut reconnects) = (0u64, 0u32);
         while let Some(chunk) = stream.next().await {
             if let Err(e) = &chunk {
                 if offset + done >= layer.size {
@@ -380,10 +382,20 @@ impl ImageManager {
                     tracing::debug!(layer = %layer.digest, error = %e, "error after the whole blob arrived");
                     break;
                 }
+                // A connection that moved and then broke: the rest is asked for, and the
+                // unpacker, still in the middle of the layer, goes on as if nothing happened.
+                if delivered > 0 && reconnects < MAX_RECONNECTS {
+                    if let Some(rest) = pick_up(remote, descriptor, layer, offset + done, e).await {
+                        (stream, delivered) = (rest, 0);
+                        reconnects += 1;
+                        continue;
+                    }
+                }
             }
             let message = chunk.map_err(|e| e.to_string());
             let failed = message.is_err();
             if let Ok(bytes) = &message {
+                delivered += bytes.len() as u64;
                 done += bytes.len() as u64;
                 progress.add_bytes(bytes.len() as u64);
                 crate::metrics::global().pull_bytes(bytes.len() as u64);
@@ -394,6 +406,35 @@ impl ImageManager {
         }
         drop(tx);
         worker.await.map_err(|e| PullError::Remote(e.to_string()))?
+    }
+}
+
+/// How many times one layer's download is picked up after the network cut it, each after a
+/// connection that delivered bytes: a registry that always cuts fails the pull, retryable.
+const MAX_RECONNECTS: u32 = 8;
+
+/// Asks the registry for the rest of a layer whose download broke off at `at`, as a Range
+/// request: only a 206 answer announcing exactly the rest will do (a 200 would start over,
+/// which the unpacker, half-way through the layer, cannot). None: the pull fails with `cause`.
+async fn pick_up(
+    remote: &Remote,
+    descriptor: &OciDescriptor,
+    layer: &LayerRecord,
+    at: u64,
+    cause: &io::Error,
+) -> Option<futures_util::stream::BoxStream<'static, Result<Bytes, io::Error>>> {
+    tracing::info!(layer = %layer.digest, at, size = layer.size, error = %cause, "layer download broke off; asking for the rest");
+    let what = format!("layer {}", layer.digest);
+    match remote.blob_stream(descriptor, at).await {
+        Ok((rest, true)) if super::registry::check_announced(&rest, at, layer.size, &what).is_ok() => Some(rest.stream),
+        Ok(_) => {
+            tracing::info!(layer = %layer.digest, "the registry would not send the rest (no range answer)");
+            None
+        }
+        Err(e) => {
+            tracing::info!(layer = %layer.digest, error = %e, "asking for the rest failed");
+            None
+        }
     }
 }
 
