@@ -250,34 +250,14 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     }
     let digest = body.digest_if_small();
     let (status, body) = match (body, range_from) {
-        (Body::Ranged(data), Some(from)) if from < data.len() => {
-            shared.ranged.fetch_add(1, Ordering::SeqCst);
-            (
-                format!(
-                    "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
-                    data.len() - 1,
-                    data.len()
-                ),
-                Body::Sized(data[from..].to_vec()),
-            )
-        }
+        (Body::Ranged(data), Some(from)) if from < data.len() => partial(&data, from, &shared),
         // What distribution (Go's http.ServeContent) answers, also for `bytes=0-` of nothing.
         (Body::Ranged(data), Some(_)) => (
             format!("416 Range Not Satisfiable\r\nContent-Range: bytes */{}", data.len()),
             Body::Sized(Vec::new()),
         ),
         (Body::Ranged(data), _) => ("200 OK".to_string(), Body::Sized(data)),
-        (Body::CutRanged { data, .. }, Some(from)) if from > 0 && from < data.len() => {
-            shared.ranged.fetch_add(1, Ordering::SeqCst);
-            (
-                format!(
-                    "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
-                    data.len() - 1,
-                    data.len()
-                ),
-                Body::Sized(data[from..].to_vec()),
-            )
-        }
+        (Body::CutRanged { data, .. }, Some(from)) if from > 0 && from < data.len() => partial(&data, from, &shared),
         (Body::CutRanged { data, sent }, _) => ("200 OK".to_string(), Body::Cut { data, sent }),
         (body, _) => ("200 OK".to_string(), body),
     };
@@ -309,6 +289,17 @@ async fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
         shared.hung_up.fetch_add(1, Ordering::SeqCst);
     }
     let _ = conn.shutdown().await;
+}
+
+/// A 206 answer with `data` from byte `from` on, counted in `ranged`.
+fn partial(data: &[u8], from: usize, shared: &Shared) -> (String, Body) {
+    shared.ranged.fetch_add(1, Ordering::SeqCst);
+    let status = format!(
+        "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
+        data.len() - 1,
+        data.len()
+    );
+    (status, Body::Sized(data[from..].to_vec()))
 }
 
 impl Body {

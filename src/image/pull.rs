@@ -426,8 +426,14 @@ async fn pick_up(
     tracing::info!(layer = %layer.digest, at, size = layer.size, error = %cause, "layer download broke off; asking for the rest");
     let what = format!("layer {}", layer.digest);
     match remote.blob_stream(descriptor, at).await {
-        Ok((rest, true)) if super::registry::check_announced(&rest, at, layer.size, &what).is_ok() => Some(rest.stream),
-        Ok(_) => {
+        Ok((rest, true)) => match super::registry::check_announced(&rest, at, layer.size, &what) {
+            Ok(()) => Some(rest.stream),
+            Err(e) => {
+                tracing::info!(layer = %layer.digest, error = %e, "the registry's answer to the range is not the rest");
+                None
+            }
+        },
+        Ok((_, false)) => {
             tracing::info!(layer = %layer.digest, "the registry would not send the rest (no range answer)");
             None
         }
