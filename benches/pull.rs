@@ -410,8 +410,8 @@ fn which(name: &str) -> Option<PathBuf> {
 // ---------------------------------------------------------------------------------------------
 // Measuring
 
-/// A process's user + system CPU time, from /proc/<pid>/stat (clock ticks).
-fn cpu_time(pid: u32) -> Duration {
+/// A process's user and system CPU time, from /proc/<pid>/stat (clock ticks).
+fn cpu_time(pid: u32) -> [Duration; 2] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // "pid (comm) state ...": utime and stime are the 12th and 13th fields after comm.
     let after = stat.rfind(')').map(|i| &stat[i + 2..]).unwrap_or("");
@@ -421,12 +421,12 @@ fn cpu_time(pid: u32) -> Duration {
         .take(2)
         .filter_map(|f| f.parse().ok())
         .collect();
-    let ticks: u64 = fields.iter().sum();
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as u64;
-    Duration::from_millis(ticks * 1000 / hz)
+    let ticks = |i: usize| Duration::from_millis(fields.get(i).copied().unwrap_or(0) * 1000 / hz);
+    [ticks(0), ticks(1)]
 }
 
 /// Bytes of regular files under `dir` (not following symlinks).
@@ -443,8 +443,8 @@ fn disk_bytes(dir: &Path) -> u64 {
 }
 
 struct Figures {
-    /// The daemon's CPU time (user + system) over every pull and removal.
-    cpu: Duration,
+    /// The daemon's user and system CPU time over every pull and removal.
+    cpu: [Duration; 2],
     first: Duration,
     repeated: Vec<Duration>,
     idle_rss_kib: u64,
@@ -529,7 +529,8 @@ async fn measure(subject: &Subject, image: &str, repeats: usize) -> Figures {
             on_disk_pulled = disk_bytes(&subject.root);
         }
     }
-    let cpu = cpu_time(subject.pid()) - cpu_before;
+    let cpu_after = cpu_time(subject.pid());
+    let cpu = [cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]];
     println!(
         "  {:<14} pulls (s): {}",
         subject.name,
@@ -635,7 +636,7 @@ fn main() {
 
     println!();
     println!(
-        "{:<10} {:<14} {:>9} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10} {:>11} {:>11} {:>13}",
+        "{:<10} {:<14} {:>9} {:>8} {:>9} {:>10} {:>10} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>13}",
         "image",
         "runtime",
         "first s",
@@ -644,6 +645,7 @@ fn main() {
         "MB/s first",
         "MB/s best",
         "CPU s/GB",
+        "user+sys",
         "peak RSS",
         "idle RSS",
         "RSS +10 s",
@@ -656,7 +658,7 @@ fn main() {
         let median = sorted[sorted.len() / 2];
         let pulled_gb = *compressed as f64 * (f.repeated.len() + 1) as f64 / 1e9;
         println!(
-            "{:<10} {:<14} {:>9.3} {:>8.3} {:>9.3} {:>10.1} {:>10.1} {:>9.2} {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>8.1} MB {:>10.1} MB",
+            "{:<10} {:<14} {:>9.3} {:>8.3} {:>9.3} {:>10.1} {:>10.1} {:>9.2} {:>9} {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>8.1} MB {:>10.1} MB",
             variant,
             name,
             f.first.as_secs_f64(),
@@ -664,7 +666,12 @@ fn main() {
             median.as_secs_f64(),
             mb(*compressed) / f.first.as_secs_f64(),
             mb(*compressed) / best.as_secs_f64(),
-            f.cpu.as_secs_f64() / pulled_gb,
+            (f.cpu[0] + f.cpu[1]).as_secs_f64() / pulled_gb,
+            format!(
+                "{:.2}+{:.2}",
+                f.cpu[0].as_secs_f64() / pulled_gb,
+                f.cpu[1].as_secs_f64() / pulled_gb
+            ),
             f.peak_rss_kib as f64 / 1024.0,
             f.idle_rss_kib as f64 / 1024.0,
             f.settled_rss_kib as f64 / 1024.0,
@@ -675,7 +682,7 @@ fn main() {
     println!(
         "(first = the cold pull on a fresh daemon; best/median over the pulls after RemoveImage ({repeats} of 200MB, \
          {small_repeats} of 1MB); MB/s = compressed MB / wall s; CPU s/GB = the daemon's user + system CPU over every pull \
-         and removal per compressed GB pulled (containerd's unpack runs in the daemon too); peak RSS = VmHWM over the \
+         and removal per compressed GB pulled (containerd's unpack runs in the daemon too), then split into user + system; peak RSS = VmHWM over the \
          daemon's life; RSS +10 s = VmRSS 10 s after the last pull; disk = regular-file bytes under the daemon's root \
          after the cold pull / after the last RemoveImage)"
     );

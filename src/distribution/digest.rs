@@ -32,6 +32,10 @@ impl Digest {
         Digest(format!("sha256:{}", hex::encode(hasher.finalize())))
     }
 
+    pub fn from_sha256(sum: [u8; 32]) -> Digest {
+        Digest(format!("sha256:{}", hex::encode(sum)))
+    }
+
     /// The 64 hex digits.
     pub fn hex(&self) -> &str {
         &self.0["sha256:".len()..]

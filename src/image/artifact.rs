@@ -233,7 +233,7 @@ impl ImageManager {
                 }
                 meter.charge(chunk.len() as u64).map_err(|e| no_space(&e))?;
                 ingest
-                    .append(&chunk)
+                    .append(chunk)
                     .map_err(|e| match e.io_error().is_some_and(is_disk_full) {
                         true => no_space(&e),
                         false => PullError::Remote(e.to_string()),

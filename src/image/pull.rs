@@ -11,16 +11,16 @@
 //! default) is only hashed on its way to the unpacker, and an interrupted one starts over.
 
 use std::io::{self, Read};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
-use sha2::{Digest as _, Sha256};
+use scute_sha256x2::Sha256;
 use tokio::sync::{mpsc, Semaphore};
 
-use super::content::{ContentError, Ingest};
+use super::content::{BlobDigest, ContentError, Ingest};
 use super::disk_reserve::{is_disk_full, DiskMeter, Metered};
 use super::progress::{self, PullState};
 use super::record::{ImageConfig, ImageRecord, LayerRecord};
@@ -251,7 +251,7 @@ impl ImageManager {
             let progress = progress.clone();
             tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
-                unpack_verified(file, decoder, &dest, &expected, &meter, &progress)
+                unpack_verified(file, None, decoder, &dest, &expected, &meter, &progress)
             })
             .await
             .map_err(|e| PullError::Remote(e.to_string()))??
@@ -313,7 +313,7 @@ impl ImageManager {
             let (expected, progress) = (layer.clone(), progress.clone());
             return tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
-                unpack_verified(file, decoder, &dest, &expected, &meter, &progress)
+                unpack_verified(file, None, decoder, &dest, &expected, &meter, &progress)
             })
             .await
             .map_err(|e| PullError::Remote(e.to_string()))?;
@@ -617,7 +617,7 @@ impl Read for DownloadSource {
                         return Err(self.violate(e));
                     }
                     self.meter.charge(chunk.len() as u64)?;
-                    if let Err(e) = self.ingest.append(&chunk) {
+                    if let Err(e) = self.ingest.append(chunk.clone()) {
                         return Err(match e.io_error().filter(|e| is_disk_full(e)) {
                             Some(_) => self.violate(PullError::NoSpace(format!("{}: {e}", self.what))),
                             None => io::Error::other(e),
@@ -645,7 +645,8 @@ fn unpack_download(
         source.replay = Some(source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?);
     }
     let meter = source.meter.clone();
-    match unpack_verified(&mut source, decoder, dest, expected, &meter, progress) {
+    let blob_digest = Some(source.ingest.blob_digest());
+    match unpack_verified(&mut source, blob_digest, decoder, dest, expected, &meter, progress) {
         Ok(unpacked) => Ok((unpacked, source)),
         Err(e) => {
             let e = match (source.violation.take(), source.interrupted.take(), e) {
@@ -693,8 +694,10 @@ fn unpack_download(
 
 /// Decompresses and unpacks `compressed` into `dest`, reading it to the end and checking the
 /// uncompressed stream against the layer's diff ID. What it unpacks is charged to `meter`.
+/// `blob_digest`, for a download, is hashed alongside the diff ID.
 fn unpack_verified<R: Read>(
     mut compressed: R,
+    blob_digest: Option<Arc<Mutex<BlobDigest>>>,
     decoder: Decoder,
     dest: &std::path::Path,
     expected: &LayerRecord,
@@ -731,12 +734,13 @@ fn unpack_verified<R: Read>(
                 meter,
             },
             hasher: Sha256::new(),
+            blob_digest,
             progress,
         };
         let stats = unpack::unpack_layer(&mut hashing, dest).map_err(layer_err)?;
         // The tar end marker may be followed by padding: hash every byte.
         io::copy(&mut hashing, &mut io::sink()).map_err(|e| malformed("after the archive's end: ", e))?;
-        (stats, Digest::from_hasher(hashing.hasher))
+        (stats, Digest::from_sha256(hashing.hasher.finalize()))
     };
     // And the compressed stream to its end, so the blob digest covers all of it.
     io::copy(&mut compressed, &mut io::sink()).map_err(|e| malformed("after the compressed stream: ", e))?;
@@ -785,13 +789,21 @@ impl<R: Read> Read for Fill<R> {
 struct HashingReader<'a, R> {
     inner: R,
     hasher: Sha256,
+    /// A download's blob digest, whose waiting bytes are hashed in step with these.
+    blob_digest: Option<Arc<Mutex<BlobDigest>>>,
     progress: &'a PullState,
 }
 
 impl<R: Read> Read for HashingReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
+        match &self.blob_digest {
+            Some(blob) => blob
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .hash_with(&mut self.hasher, &buf[..n]),
+            None => self.hasher.update(&buf[..n]),
+        }
         self.progress.moved();
         Ok(n)
     }
