@@ -10,11 +10,11 @@
 //! registry for the rest with a Range request. One whose blob is dropped once unpacked (the
 //! default) is only hashed on its way to the unpacker, and an interrupted one starts over.
 
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Buf as _, Bytes};
 use futures_util::StreamExt;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use scute_sha256x2::Sha256;
@@ -251,6 +251,7 @@ impl ImageManager {
             let progress = progress.clone();
             tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
+                let file = io::BufReader::with_capacity(UNPACK_READ, file);
                 unpack_verified(file, None, decoder, &dest, &expected, &meter, &progress)
             })
             .await
@@ -313,6 +314,7 @@ impl ImageManager {
             let (expected, progress) = (layer.clone(), progress.clone());
             return tokio::task::spawn_blocking(move || {
                 let file = std::fs::File::open(&blob).map_err(|e| PullError::Remote(e.to_string()))?;
+                let file = io::BufReader::with_capacity(UNPACK_READ, file);
                 unpack_verified(file, None, decoder, &dest, &expected, &meter, &progress)
             })
             .await
@@ -528,6 +530,9 @@ impl Drop for UnpackedLayers {
     }
 }
 
+/// Reads of a layer blob already on disk (kept, or what an earlier attempt left).
+const UNPACK_READ: usize = 128 * 1024;
+
 /// Layer compression, from the descriptor's media type.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Decoder {
@@ -553,10 +558,10 @@ impl Decoder {
     }
 
     /// The uncompressed stream of `compressed`.
-    pub(crate) fn reader<'a, R: Read + 'a>(self, compressed: R) -> io::Result<Box<dyn Read + 'a>> {
+    pub(crate) fn reader<'a, R: BufRead + 'a>(self, compressed: R) -> io::Result<Box<dyn Read + 'a>> {
         Ok(match self {
-            Decoder::Gzip => Box::new(flate2::read::MultiGzDecoder::new(compressed)),
-            Decoder::Zstd => Box::new(zstd::stream::read::Decoder::new(compressed)?),
+            Decoder::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(compressed)),
+            Decoder::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(compressed)?),
             Decoder::Plain => Box::new(compressed),
         })
     }
@@ -565,7 +570,7 @@ impl Decoder {
 /// Bytes of a download as the unpacker reads them: first what an earlier attempt left in the
 /// ingest file, then the network chunks, each appended to the ingest file (and hashed) as read.
 struct DownloadSource {
-    replay: Option<std::fs::File>,
+    replay: Option<io::BufReader<std::fs::File>>,
     rx: mpsc::Receiver<Result<Bytes, String>>,
     ingest: Ingest,
     /// The descriptor's size: more bytes, or fewer by the end of the stream, fail the pull.
@@ -587,24 +592,17 @@ impl DownloadSource {
         self.violation = Some(e);
         io
     }
-}
 
-impl Read for DownloadSource {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(replay) = &mut self.replay {
-            let n = replay.read(buf)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            self.replay = None;
-        }
+    /// Waits for the next network chunk unless one is pending, appending it to the ingest;
+    /// leaves nothing pending at the end of the download.
+    fn receive(&mut self) -> io::Result<()> {
         while self.pending.is_empty() {
             match self.rx.blocking_recv() {
                 None if self.ingest.written() < self.limit => {
                     let e = super::registry::fewer_than_declared(&self.what, self.ingest.written(), self.limit);
                     return Err(self.violate(e));
                 }
-                None => return Ok(0),
+                None => return Ok(()),
                 Some(Err(e)) => {
                     let message = format!("download interrupted: {e}");
                     self.interrupted = Some(message.clone());
@@ -627,9 +625,42 @@ impl Read for DownloadSource {
                 }
             }
         }
-        let n = buf.len().min(self.pending.len());
-        buf[..n].copy_from_slice(&self.pending[..n]);
-        self.pending = self.pending.slice(n..);
+        Ok(())
+    }
+}
+
+/// The decoder reads the network chunks where they are: no copy into a buffer of its own.
+impl io::BufRead for DownloadSource {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if let Some(replay) = &mut self.replay {
+            if replay.fill_buf()?.is_empty() {
+                self.replay = None;
+            }
+        }
+        if self.replay.is_none() {
+            self.receive()?;
+            return Ok(&self.pending);
+        }
+        match &mut self.replay {
+            Some(replay) => replay.fill_buf(),
+            None => Ok(&[]),
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        match &mut self.replay {
+            Some(replay) => replay.consume(n),
+            None => self.pending.advance(n),
+        }
+    }
+}
+
+impl Read for DownloadSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let available = io::BufRead::fill_buf(self)?;
+        let n = buf.len().min(available.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        io::BufRead::consume(self, n);
         Ok(n)
     }
 }
@@ -642,7 +673,8 @@ fn unpack_download(
     progress: &PullState,
 ) -> Result<(u64, DownloadSource), PullError> {
     if source.ingest.resumed() > 0 {
-        source.replay = Some(source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?);
+        let replay = source.ingest.replay().map_err(|e| PullError::Remote(e.to_string()))?;
+        source.replay = Some(io::BufReader::with_capacity(UNPACK_READ, replay));
     }
     let meter = source.meter.clone();
     let blob_digest = Some(source.ingest.blob_digest());
@@ -695,7 +727,7 @@ fn unpack_download(
 /// Decompresses and unpacks `compressed` into `dest`, reading it to the end and checking the
 /// uncompressed stream against the layer's diff ID. What it unpacks is charged to `meter`.
 /// `blob_digest`, for a download, is hashed alongside the diff ID.
-fn unpack_verified<R: Read>(
+fn unpack_verified<R: BufRead>(
     mut compressed: R,
     blob_digest: Option<Arc<Mutex<BlobDigest>>>,
     decoder: Decoder,
